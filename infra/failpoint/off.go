@@ -1,0 +1,9 @@
+//go:build !failpoints
+
+package failpoint
+
+// Enabled reports whether this binary was built with failpoints.
+const Enabled = false
+
+// Inject is a no-op in a normal build.
+func Inject(string) error { return nil }

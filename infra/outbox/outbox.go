@@ -1,0 +1,120 @@
+// Package outbox keeps the promise the whole project stands on: a fact written with
+// a change is never lost. A use case appends an event to outbox_events in the same
+// transaction as its change; a relay (any number of them, no leader) claims pending
+// rows under a lease with FOR UPDATE SKIP LOCKED, hands each to the subscribers of
+// its tag, and settles it: processed, retried after a durable backoff, or dead-
+// lettered (failed_at) after the last attempt. Delivery is at least once and in no
+// particular order; subscribers make their effects idempotent with the row id,
+// which is every consumer's dedup key.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Event is a domain fact that travels through the outbox. Its JSON encoding is its
+// payload; the payload evolves additively, and a breaking change is a new tag.
+type Event interface {
+	// EventTag names the event's type, e.g. "RuleActivated".
+	EventTag() string
+}
+
+// Append inserts event as a pending outbox row inside tx and returns the row's id,
+// a fresh UUIDv7. It is atomic with the caller's transaction: the row exists if
+// and only if tx commits. It is a plain INSERT with no ON CONFLICT: every call is a
+// new fact. After the commit, call Nudge so the local relay delivers at once.
+func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("outbox: new id: %w", err)
+	}
+	payload, err := json.Marshal(event)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("outbox: encode %s: %w", event.EventTag(), err)
+	}
+	now := time.Now().UnixMilli()
+	_, err = tx.Exec(ctx, `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+		VALUES ($1, $2, $3, $4, $4, 0)`,
+		id, event.EventTag(), payload, now)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("outbox: append %s: %w", event.EventTag(), err)
+	}
+	appended.WithLabelValues(event.EventTag()).Inc()
+	return id, nil
+}
+
+// Nudger wakes a relay at once instead of at its next poll. Use cases call Nudge
+// after their transaction commits; it never blocks and never fails.
+type Nudger interface {
+	Nudge()
+}
+
+// Message is one claimed row as a subscriber sees it.
+type Message struct {
+	ID        uuid.UUID       // the row id: the consumer's dedup key
+	Tag       string          // the event tag
+	Payload   json.RawMessage // the event encoded as JSON
+	CreatedAt int64           // epoch ms of the append
+	Attempt   int             // 1 on the first delivery
+}
+
+// Handler handles one message. A nil error settles the row as processed; an error
+// wrapped with Permanent fails it at once; any other error (or a panic, or the
+// handler timeout) is a failed attempt retried after the durable delay.
+type Handler func(ctx context.Context, m Message) error
+
+// Subscriber is one handler of one tag.
+type Subscriber struct {
+	Tag    string
+	Handle Handler
+}
+
+// Subscribe returns a subscriber of E's tag that decodes each payload into E (and,
+// if E has a Validate() error method, validates it) before calling fn. A payload
+// that does not decode or validate fails the row at once: retrying cannot fix it.
+func Subscribe[E Event](fn func(ctx context.Context, m Message, event E) error) Subscriber {
+	var zero E
+	return Subscriber{
+		Tag: zero.EventTag(),
+		Handle: func(ctx context.Context, m Message) error {
+			var e E
+			if err := json.Unmarshal(m.Payload, &e); err != nil {
+				return Permanent(fmt.Errorf("decode %s payload: %w", m.Tag, err))
+			}
+			if v, ok := any(e).(interface{ Validate() error }); ok {
+				if err := v.Validate(); err != nil {
+					return Permanent(fmt.Errorf("invalid %s payload: %w", m.Tag, err))
+				}
+			}
+			return fn(ctx, m, e)
+		},
+	}
+}
+
+// permanentError marks a failure that no retry can fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as one no retry can fix: the relay sets failed_at at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

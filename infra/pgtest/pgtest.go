@@ -1,0 +1,242 @@
+// Package pgtest gives every test its own fresh, migrated PostgreSQL database.
+//
+// With TEST_DATABASE_URL set (any database on the server; the role must be allowed
+// to create databases) the databases are created on that server. Without it, one
+// PostgreSQL container per test binary is started with testcontainers-go. Each
+// migration set is applied once, to a template database named after a hash of its
+// files; every test then gets a cheap clone of that template, dropped when it ends.
+// When neither a server nor Docker is available the test fails with a message
+// saying how to fix it: it never skips.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/acme/outboxpair/infra/postgres"
+)
+
+// EnvURL names the variable that points the tests at a PostgreSQL server.
+const EnvURL = "TEST_DATABASE_URL"
+
+// DB is one test's database.
+type DB struct {
+	Name string        // database name, unique to the test
+	URL  string        // connection URL of this database
+	Pool *pgxpool.Pool // a pool on it, closed when the test ends
+}
+
+var (
+	serverOnce sync.Once
+	serverURL  string
+	serverErr  error
+
+	templates sync.Map // hash -> *templateState
+)
+
+type templateState struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// New returns a fresh database with every migration of fsys applied. It is dropped
+// when t ends.
+func New(t testing.TB, fsys fs.FS) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	admin := ServerURL(t)
+	tmpl, err := template(ctx, admin, fsys)
+	if err != nil {
+		t.Fatalf("pgtest: prepare template database: %v", err)
+	}
+	name := "pgtest_" + randomHex(8)
+	if err := exec(ctx, admin, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	dbURL := withDatabase(admin, name)
+	pool, err := postgres.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: open %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := exec(ctx, admin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+			t.Logf("pgtest: drop %s: %v", name, err)
+		}
+	})
+	return &DB{Name: name, URL: dbURL, Pool: pool}
+}
+
+// ServerURL returns a URL of the test server's maintenance database, starting a
+// container on first use when TEST_DATABASE_URL is unset.
+func ServerURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv(EnvURL); u != "" {
+		if _, err := url.Parse(u); err != nil {
+			t.Fatalf("pgtest: %s is not a URL: %v", EnvURL, err)
+		}
+		return u
+	}
+	serverOnce.Do(func() { serverURL, serverErr = startContainer() })
+	if serverErr != nil {
+		t.Fatalf("pgtest: no PostgreSQL for the tests: %s is unset and testcontainers could not start one (%v).\n"+
+			"Fix: start Docker, or point the tests at a server, e.g.\n"+
+			"  export %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'", EnvURL, serverErr, EnvURL)
+	}
+	return serverURL
+}
+
+func startContainer() (u string, err error) {
+	defer func() {
+		// testcontainers panics on some hosts without a Docker socket.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := tcpostgres.Run(ctx, "postgres:17-alpine",
+		tcpostgres.WithDatabase("postgres"),
+		tcpostgres.WithUsername("postgres"),
+		tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies(),
+	)
+	if err != nil {
+		return "", err
+	}
+	// The container is removed by testcontainers' reaper when the test binary exits.
+	return c.ConnectionString(ctx, "sslmode=disable")
+}
+
+// template returns the name of a database holding exactly the migrations of fsys,
+// creating it once per server. Its name is a hash of the files, so a changed
+// migration gets a new template and no run depends on what an earlier one left.
+func template(ctx context.Context, admin string, fsys fs.FS) (string, error) {
+	hash, err := hashFS(fsys)
+	if err != nil {
+		return "", err
+	}
+	v, _ := templates.LoadOrStore(hash, &templateState{})
+	st := v.(*templateState)
+	st.once.Do(func() { st.name, st.err = createTemplate(ctx, admin, hash, fsys) })
+	return st.name, st.err
+}
+
+func createTemplate(ctx context.Context, admin, hash string, fsys fs.FS) (string, error) {
+	name := "pgtest_tmpl_" + hash[:16]
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	// Test binaries of several packages run at once: one of them builds the template.
+	lockKey := int64(binary.BigEndian.Uint64(mustDecodeHex(hash[:16])))
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+		return "", err
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", lockKey) //nolint:errcheck
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	// Build under a temporary name and rename, so a run killed half-way leaves no
+	// half-migrated template behind under the real name.
+	building := name + "_" + randomHex(4)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(building)); err != nil {
+		return "", err
+	}
+	if err := postgres.MigrateURL(ctx, withDatabase(admin, building), fsys, nil); err != nil {
+		conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+ident(building)+" WITH (FORCE)") //nolint:errcheck
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(building)+" RENAME TO "+ident(name)); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func hashFS(fsys fs.FS) (string, error) {
+	var names []string
+	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			names = append(names, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func exec(ctx context.Context, admin, sql string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// withDatabase returns u with its database replaced by name.
+func withDatabase(u, name string) string {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		panic(err) // ServerURL checked it
+	}
+	parsed.Path = "/" + name
+	return parsed.String()
+}
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func mustDecodeHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

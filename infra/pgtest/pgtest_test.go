@@ -1,0 +1,46 @@
+package pgtest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/migrations"
+)
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	t.Run("each test gets its own migrated database", func(t *testing.T) {
+		t.Parallel()
+		a := pgtest.New(t, migrations.Labeling)
+		b := pgtest.New(t, migrations.Labeling)
+		require.NotEqual(t, a.Name, b.Name)
+
+		ctx := context.Background()
+		_, err := a.Pool.Exec(ctx, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at)
+			VALUES (gen_random_uuid(), 't', '{}', 0, 0)`)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&n))
+		require.Zero(t, n, "a write in one test's database is invisible to another's")
+	})
+
+	t.Run("billing set creates billing tables only", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t, migrations.Billing)
+		var tables []string
+		rows, err := db.Pool.Query(context.Background(),
+			`SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE 'goose%' ORDER BY 1`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			tables = append(tables, s)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, []string{"billing_quota", "billing_receipts"}, tables)
+	})
+}

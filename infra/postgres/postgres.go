@@ -1,0 +1,125 @@
+// Package postgres opens a service's connection pool and applies its migrations.
+// Both services use it; each passes its own database URL and migration set.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	"go.uber.org/fx"
+)
+
+// Open parses url and returns a pool. It does not wait for the database: a service
+// may start while its database is still coming up, and /readyz tells when it answers.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	// A dead connection (database restarted, backend terminated) is found and
+	// replaced quickly instead of failing a stream of queries.
+	cfg.HealthCheckPeriod = 5 * time.Second
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// Migrate applies every pending migration of fsys under a Postgres session lock, so
+// replicas that start together migrate once. It never touches goose's global state.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, logger *slog.Logger) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	return migrateDB(ctx, db, fsys, logger)
+}
+
+// MigrateURL is Migrate for a database the caller has no pool for.
+func MigrateURL(ctx context.Context, url string, fsys fs.FS, logger *slog.Logger) error {
+	pool, err := Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return Migrate(ctx, pool, fsys, logger)
+}
+
+func migrateDB(ctx context.Context, db *sql.DB, fsys fs.FS, logger *slog.Logger) error {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return err
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if logger != nil {
+		for _, r := range results {
+			logger.Info("migration applied", "source", r.Source.Path, "duration", r.Duration)
+		}
+	}
+	return nil
+}
+
+// Unavailable reports whether err means the database could not be reached or the
+// connection broke, as opposed to a statement that the database refused. Callers map
+// it to 503 so that a sender retries.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08: connection exception; 57P01..57P03: admin shutdown, crash
+		// shutdown, cannot connect now; 53300: too many connections.
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03",
+			pgErr.Code == "53300":
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	// Anything that never got a server answer: dial errors, timeouts, closed pool.
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isNetError(err)
+}
+
+// Config names a service's database and the migrations it owns.
+type Config struct {
+	URL        string
+	Migrations fs.FS
+}
+
+// Module provides the service's *pgxpool.Pool. On start it applies the pending
+// migrations (waiting for a replica that holds the migration lock), before any
+// component that uses the pool starts; on stop it closes the pool after them.
+var Module = fx.Module("postgres",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (*pgxpool.Pool, error) {
+		pool, err := Open(context.Background(), cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(ctx context.Context) error { return Migrate(ctx, pool, cfg.Migrations, logger) },
+			OnStop:  func(context.Context) error { pool.Close(); return nil },
+		})
+		return pool, nil
+	}),
+)
