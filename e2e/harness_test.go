@@ -1,0 +1,615 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// Bounds of every wait in the harness.
+const (
+	readyTimeout = 30 * time.Second // a started process answers /readyz 200
+	deathTimeout = 15 * time.Second // an armed failpoint is reached and the process is dead
+	stopBound    = 25 * time.Second // SIGTERM to exit: the services' own stop bound is 20s
+	logTailLines = 40
+	eventsToken  = "e2e-events-token"
+)
+
+// config tunes one scenario's cluster. Zero fields take the defaults of setup.
+type config struct {
+	replicas           int           // labeling processes on the one labeling database
+	claimSize          int           // OUTBOX_CLAIM_SIZE
+	handlerTimeout     time.Duration // OUTBOX_HANDLER_TIMEOUT
+	lease              time.Duration // OUTBOX_LEASE; claimSize × handlerTimeout ≤ lease
+	maxAttempts        int           // OUTBOX_MAX_ATTEMPTS
+	labelingFailpoints string        // FAILPOINTS of the first start of every labeling process
+	billingFailpoints  string        // FAILPOINTS of billing's first start
+	billingDown        bool          // reserve billing's port but do not start it
+}
+
+func (c config) withDefaults() config {
+	if c.replicas == 0 {
+		c.replicas = 1
+	}
+	if c.claimSize == 0 {
+		c.claimSize = 2
+	}
+	if c.handlerTimeout == 0 {
+		c.handlerTimeout = 2 * time.Second
+	}
+	if c.lease == 0 {
+		c.lease = 4 * time.Second
+	}
+	if c.maxAttempts == 0 {
+		// Room for about ten seconds of retries at the 500ms cap: longer than any
+		// outage a scenario causes, so a failed row means a lost event.
+		c.maxAttempts = 25
+	}
+	return c
+}
+
+// cluster is one scenario's world: two fresh databases, billing, and one or more
+// labeling processes delivering to it.
+type cluster struct {
+	t        *testing.T
+	cfg      config
+	labDB    *pgtest.DB
+	billDB   *pgtest.DB
+	billing  *proc
+	labeling []*proc
+	http     *http.Client
+
+	mu       sync.Mutex
+	requests int
+	events   int
+}
+
+// setup starts a cluster for t. Everything it starts is killed when t ends, and
+// when t failed the tail of every process's log is printed.
+func setup(t *testing.T, cfg config) *cluster {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	require.LessOrEqual(t, time.Duration(cfg.claimSize)*cfg.handlerTimeout, cfg.lease,
+		"the contract's rule: claim size × handler timeout ≤ lease")
+	c := &cluster{
+		t:      t,
+		cfg:    cfg,
+		labDB:  pgtest.New(t, migrations.Labeling),
+		billDB: pgtest.New(t, migrations.Billing),
+		http: &http.Client{
+			Timeout:   5 * time.Second,
+			Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 5 * time.Second},
+		},
+	}
+	tally.add(func(s *counts) { s.scenarios++ })
+	// Registered after pgtest's cleanups, so it runs before the databases are dropped.
+	t.Cleanup(c.teardown)
+
+	c.billing = newProc(t, "billing", billingBin, map[string]string{
+		"DATABASE_URL": appURL(t, c.billDB.URL, "e2e-billing"),
+		"EVENTS_TOKEN": eventsToken,
+	})
+	if !cfg.billingDown {
+		c.billing.launch(t, cfg.billingFailpoints)
+	}
+	for i := range cfg.replicas {
+		name := "labeling"
+		if cfg.replicas > 1 {
+			name = fmt.Sprintf("labeling-%d", i+1)
+		}
+		p := newProc(t, name, labelingBin, map[string]string{
+			"DATABASE_URL":               appURL(t, c.labDB.URL, "e2e-labeling"),
+			"EVENTS_TOKEN":               eventsToken,
+			"BILLING_URL":                c.billing.url(),
+			"OUTBOX_POLL_INTERVAL":       "50ms",
+			"OUTBOX_CLAIM_SIZE":          fmt.Sprint(cfg.claimSize),
+			"OUTBOX_HANDLER_TIMEOUT":     cfg.handlerTimeout.String(),
+			"OUTBOX_LEASE":               cfg.lease.String(),
+			"OUTBOX_MAX_ATTEMPTS":        fmt.Sprint(cfg.maxAttempts),
+			"OUTBOX_RETRY_BASE":          "50ms",
+			"OUTBOX_RETRY_MAX":           "500ms",
+			"OUTBOX_PROCESSED_RETENTION": "168h",
+			"CLEANUP_INTERVAL":           "1h",
+		})
+		p.launch(t, cfg.labelingFailpoints)
+		c.labeling = append(c.labeling, p)
+	}
+	return c
+}
+
+func (c *cluster) teardown() {
+	t := c.t
+	c.billing.harvest()
+	procs := append([]*proc{c.billing}, c.labeling...)
+	for _, p := range procs {
+		p.kill(false)
+	}
+	c.mu.Lock()
+	requests, events := c.requests, c.events
+	c.mu.Unlock()
+	var dups int
+	for _, p := range procs {
+		dups += p.duplicates
+	}
+	tally.add(func(s *counts) {
+		s.requests += requests
+		s.events += events
+		s.duplicates += dups
+		if t.Failed() {
+			s.failed = append(s.failed, t.Name())
+		}
+	})
+	if t.Failed() {
+		for _, p := range procs {
+			t.Logf("--- last %d lines of %s (pid %d, %d starts) ---\n%s", logTailLines, p.name, p.pid(), p.starts, p.log.tail(logTailLines))
+		}
+	}
+}
+
+// lab returns the only (or first) labeling process.
+func (c *cluster) lab() *proc { return c.labeling[0] }
+
+// appURL adds application_name to a database URL, so that the database-cut
+// scenario can terminate the services' backends and not the test's own.
+func appURL(t *testing.T, raw, app string) string {
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// proc is one service process, restartable on the same address with the same
+// environment. Its log gathers stdout and stderr of every start.
+type proc struct {
+	t          *testing.T
+	name       string
+	bin        string
+	addr       string
+	env        map[string]string
+	log        *logBuffer
+	starts     int
+	duplicates int // already-applied deliveries harvested from ended lives (billing)
+
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	done      chan struct{} // closed when the current start has exited
+	state     *os.ProcessState
+	harvested bool // this life's metrics were already added to duplicates
+}
+
+func newProc(t *testing.T, name, bin string, env map[string]string) *proc {
+	p := &proc{t: t, name: name, bin: bin, addr: freeAddr(t), env: env, log: &logBuffer{}}
+	return p
+}
+
+func (p *proc) url() string { return "http://" + p.addr }
+
+// launch is the first start: when the port picked was taken in the meantime, it
+// retries on another port. Later starts reuse the address.
+func (p *proc) launch(t *testing.T, failpoints string) {
+	t.Helper()
+	for try := 0; ; try++ {
+		err := p.start(failpoints)
+		if err == nil {
+			return
+		}
+		if try < 2 && strings.Contains(p.log.String(), "address already in use") {
+			p.addr = freeAddr(t)
+			continue
+		}
+		t.Fatalf("%s: %v\n%s", p.name, err, p.log.tail(logTailLines))
+	}
+}
+
+// restart starts the process again on its address, without failpoints.
+func (p *proc) restart(t *testing.T) {
+	t.Helper()
+	require.False(t, p.alive(), "%s: restart of a running process", p.name)
+	if err := p.start(""); err != nil {
+		t.Fatalf("%s: restart: %v\n%s", p.name, err, p.log.tail(logTailLines))
+	}
+}
+
+// start runs the binary with FAILPOINTS=failpoints (none when empty) and waits
+// until it answers /readyz 200 or exits.
+func (p *proc) start(failpoints string) error {
+	env := []string{"HTTP_ADDR=" + p.addr}
+	for k, v := range p.env {
+		env = append(env, k+"="+v)
+	}
+	if failpoints != "" {
+		env = append(env, "FAILPOINTS="+failpoints)
+	}
+	sort.Strings(env)
+	cmd := exec.Command(p.bin, "serve")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	// Own process group, so a kill reaches everything it started; and dead with
+	// the test binary if that is killed first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p.starts++
+	fmt.Fprintf(p.log, "=== e2e: start #%d of %s on %s, FAILPOINTS=%q\n", p.starts, p.name, p.addr, failpoints)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.state, p.harvested = cmd, done, nil, false
+	p.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		p.mu.Lock()
+		p.state = cmd.ProcessState
+		p.mu.Unlock()
+		fmt.Fprintf(p.log, "=== e2e: %s exited: %s\n", p.name, cmd.ProcessState)
+		close(done)
+	}()
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("exited before ready: %s", p.exitState())
+		default:
+		}
+		if resp, err := client.Get(p.url() + "/readyz"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %s", readyTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *proc) alive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+func (p *proc) exitState() *os.ProcessState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// kill sends SIGKILL to the process group and waits for the exit. count says
+// whether it is one of the scenario's kills (teardown's are not).
+func (p *proc) kill(count bool) {
+	if !p.alive() {
+		return
+	}
+	p.harvest()
+	p.mu.Lock()
+	pid, done := p.cmd.Process.Pid, p.done
+	p.mu.Unlock()
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(deathTimeout):
+		p.t.Errorf("%s: still running %s after SIGKILL", p.name, deathTimeout)
+	}
+	if count {
+		tally.add(func(s *counts) { s.kills++ })
+	}
+}
+
+// terminate sends SIGTERM and waits, up to stopBound, for the exit. It returns
+// the exit state and how long the process took to stop.
+func (p *proc) terminate(t *testing.T) (*os.ProcessState, time.Duration) {
+	t.Helper()
+	require.True(t, p.alive(), "%s: SIGTERM to a dead process", p.name)
+	p.harvest()
+	p.mu.Lock()
+	proc, done := p.cmd.Process, p.done
+	p.mu.Unlock()
+	start := time.Now()
+	require.NoError(t, proc.Signal(syscall.SIGTERM))
+	tally.add(func(s *counts) { s.terms++ })
+	select {
+	case <-done:
+		return p.exitState(), time.Since(start)
+	case <-time.After(stopBound):
+		t.Fatalf("%s: still running %s after SIGTERM", p.name, stopBound)
+		return nil, 0
+	}
+}
+
+// requireDiedAt waits for the process to die at the failpoint called point: it
+// must have been killed by a signal nobody but itself sent, after printing the
+// failpoint's line.
+func (p *proc) requireDiedAt(t *testing.T, point string) {
+	t.Helper()
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(deathTimeout):
+		t.Fatalf("%s: still running %s after the request that passes %s", p.name, deathTimeout, point)
+	}
+	state := p.exitState()
+	require.Equal(t, "signal: killed", state.String(), "%s died another way", p.name)
+	line := fmt.Sprintf("failpoint %s: exit", point)
+	require.Contains(t, p.log.String(), line, "%s did not die at %s", p.name, point)
+	tally.add(func(s *counts) { s.kills++ })
+}
+
+// harvest adds the already-applied deliveries billing counted in this life to
+// duplicates, once per life, while the process still answers.
+func (p *proc) harvest() {
+	if p.bin != billingBin || !p.alive() {
+		return
+	}
+	p.mu.Lock()
+	done := p.harvested
+	p.harvested = true
+	p.mu.Unlock()
+	if done {
+		return
+	}
+	if outcomes, err := p.billingOutcomes(); err == nil {
+		p.duplicates += int(outcomes["already_applied"])
+	}
+}
+
+// duplicatesSoFar is every already-applied delivery of billing: harvested lives
+// plus the running one.
+func (p *proc) duplicatesSoFar(t *testing.T) int {
+	t.Helper()
+	n := p.duplicates
+	if p.alive() {
+		outcomes, err := p.billingOutcomes()
+		require.NoError(t, err)
+		n += int(outcomes["already_applied"])
+	}
+	return n
+}
+
+// billingOutcomes reads billing_events_total from /metrics, summed by outcome.
+func (p *proc) billingOutcomes() (map[string]float64, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(p.url() + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics answered %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	if f := families["billing_events_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// logBuffer is a process log written by exec's copying goroutines and read by
+// the test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// --- the labeling and billing APIs, as a client sees them ---
+
+// errTransport marks a request that got no HTTP answer: its outcome is unknown.
+var errTransport = errors.New("no answer")
+
+// send makes one request to base+path with body as JSON (none when nil) and
+// returns the status and body. A transport failure wraps errTransport.
+func (c *cluster) send(ctx context.Context, base, method, path string, body any) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.mu.Lock()
+	c.requests++
+	c.mu.Unlock()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %s %s: %v", errTransport, method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %v", errTransport, method, path, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// retryTimeout bounds how long a client retries one request whose outcome is
+// unknown: long enough for a restart, a lease and a database cut.
+const retryTimeout = 60 * time.Second
+
+// sendUntil sends the request to target() until it answers one of want,
+// retrying transport errors and 5xx (the outcome unknown, or the service
+// unavailable) with a pause. Any other answer, or the deadline, is an error.
+func (c *cluster) sendUntil(ctx context.Context, target func() *proc, method, path string, body any, want ...int) (int, []byte, error) {
+	deadline := time.Now().Add(retryTimeout)
+	var last string
+	for {
+		status, b, err := c.send(ctx, target().url(), method, path, body)
+		switch {
+		case err == nil && containsInt(want, status):
+			return status, b, nil
+		case err == nil && status < 500:
+			return status, b, fmt.Errorf("%s %s answered %d: %s", method, path, status, b)
+		case err != nil && !errors.Is(err, errTransport):
+			return 0, nil, err
+		case err != nil:
+			last = err.Error()
+		default:
+			last = fmt.Sprintf("%d %s", status, b)
+		}
+		if time.Now().After(deadline) {
+			return 0, nil, fmt.Errorf("%s %s: no answer in %v within %s; last: %s", method, path, want, retryTimeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// rule is a rule as the labeling API answers it.
+type rule struct {
+	ID     uuid.UUID `json:"id"`
+	OrgID  uuid.UUID `json:"orgId"`
+	Name   string    `json:"name"`
+	Active bool      `json:"active"`
+}
+
+func newRuleBody(id uuid.UUID) map[string]string {
+	return map[string]string{"id": id.String(), "name": "rule " + id.String()[:8], "pattern": "inv(oice)?-[0-9]+", "label": "billing"}
+}
+
+func rulesPath(org uuid.UUID) string { return "/v1/orgs/" + org.String() + "/rules" }
+
+func rulePath(org, id uuid.UUID, action string) string {
+	return rulesPath(org) + "/" + id.String() + "/" + action
+}
+
+// quota asks billing's API for the org's active rules.
+func (c *cluster) quota(t *testing.T, org uuid.UUID) int64 {
+	t.Helper()
+	status, b, err := c.send(context.Background(), c.billing.url(), http.MethodGet, "/v1/orgs/"+org.String()+"/quota", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	var q struct {
+		OrgID       uuid.UUID `json:"orgId"`
+		ActiveRules int64     `json:"activeRules"`
+	}
+	require.NoError(t, json.Unmarshal(b, &q))
+	require.Equal(t, org, q.OrgID)
+	return q.ActiveRules
+}
+
+// decodeRule reads a rule answer.
+func decodeRule(t *testing.T, b []byte) rule {
+	t.Helper()
+	var r rule
+	require.NoError(t, json.Unmarshal(b, &r), "%s", b)
+	return r
+}
+
+// waitFor polls cond in the test's own goroutine (so cond may use require)
+// every 20ms until it is true, failing t after timeout.
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.Fail(t, fmt.Sprintf("condition not met within %s", timeout), msgAndArgs...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// convergeTimeout bounds how long the invariant may take to hold after a
+// scenario's disturbance ends: a lease, a few retry delays and the deliveries.
+const convergeTimeout = 30 * time.Second
+
+// outboxRow is one outbox_events row as the checker reads it.
+type outboxRow struct {
+	ID           uuid.UUID
+	Tag          string
+	Payload      string
+	CreatedAt    int64
+	AvailableAt  int64
+	ClaimedUntil *int64
+	Attempts     int
+	ProcessedAt  *int64
+	FailedAt     *int64
+	LastError    *string
+}
+
+func (r outboxRow) String() string {
+	return fmt.Sprintf("%s %s attempts=%d processed_at=%s failed_at=%s claimed_until=%s last_error=%q payload=%s",
+		r.ID, r.Tag, r.Attempts, ms(r.ProcessedAt), ms(r.FailedAt), ms(r.ClaimedUntil), deref(r.LastError), r.Payload)
+}
+
+func ms(v *int64) string {
+	if v == nil {
+		return "NULL"
+	}
+	return fmt.Sprint(*v)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// snapshot is what the invariant compares, read from both databases.
+type snapshot struct {
+	activeRules map[uuid.UUID]int64 // per org, from labeling_rules
+	quota       map[uuid.UUID]int64 // per org, from billing_quota
+	outbox      []outboxRow
+	receipts    map[uuid.UUID]bool
+}
+
+// read takes a snapshot. Labeling is read before billing, so while deliveries
+// are still landing a snapshot may show a difference that the next one does not.
+func (c *cluster) read(ctx context.Context) (snapshot, error) {
+	s := snapshot{activeRules: map[uuid.UUID]int64{}, quota: map[uuid.UUID]int64{}, receipts: map[uuid.UUID]bool{}}
+	rows, err := c.labDB.Pool.Query(ctx, `SELECT org_id, count(*) FILTER (WHERE active) FROM labeling_rules GROUP BY org_id`)
+	if err != nil {
+		return s, err
+	}
+	var org uuid.UUID
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&org, &n}, func() error { s.activeRules[org] = n; return nil }); err != nil {
+		return s, err
+	}
+	rows, err = c.labDB.Pool.Query(ctx, `SELECT id, event_tag, payload::text, created_at, available_at, claimed_until,
+		attempts, processed_at, failed_at, last_error FROM outbox_events ORDER BY created_at, id`)
+	if err != nil {
+		return s, err
+	}
+	s.outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
+	if err != nil {
+		return s, err
+	}
+	rows, err = c.billDB.Pool.Query(ctx, `SELECT org_id, active_rules FROM billing_quota`)
+	if err != nil {
+		return s, err
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&org, &n}, func() error { s.quota[org] = n; return nil }); err != nil {
+		return s, err
+	}
+	rows, err = c.billDB.Pool.Query(ctx, `SELECT event_id FROM billing_receipts`)
+	if err != nil {
+		return s, err
+	}
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { s.receipts[id] = true; return nil })
+	return s, err
+}
+
+// problems lists, row by row, every way the snapshot breaks the invariant:
+//   - per org, billing_quota.active_rules equals the org's active rules (an org
+//     billing never saw counts 0);
+//   - the receipts are exactly the outbox rows (none missing: nothing lost; none
+//     extra: nothing applied that labeling did not produce);
+//   - every outbox row is processed, none failed, none over the attempt limit.
+func (s snapshot) problems(maxAttempts int) []string {
+	var out []string
+	orgs := map[uuid.UUID]bool{}
+	for org := range s.activeRules {
+		orgs[org] = true
+	}
+	for org := range s.quota {
+		orgs[org] = true
+	}
+	for org := range orgs {
+		if want, got := s.activeRules[org], s.quota[org]; want != got {
+			out = append(out, fmt.Sprintf("org %s: %d active rules in labeling_rules, billing_quota.active_rules = %d", org, want, got))
+		}
+	}
+	ids := map[uuid.UUID]bool{}
+	for _, r := range s.outbox {
+		ids[r.ID] = true
+		switch {
+		case r.FailedAt != nil:
+			out = append(out, "outbox row failed: "+r.String())
+		case r.ProcessedAt == nil:
+			out = append(out, "outbox row pending: "+r.String())
+		}
+		if r.Attempts > maxAttempts {
+			out = append(out, fmt.Sprintf("outbox row over %d attempts: %s", maxAttempts, r))
+		}
+		if !s.receipts[r.ID] {
+			out = append(out, "no receipt for outbox row: "+r.String())
+		}
+	}
+	for id := range s.receipts {
+		if !ids[id] {
+			out = append(out, fmt.Sprintf("receipt %s matches no outbox row", id))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// requireConverged polls until the invariant holds, failing t with the
+// difference row by row at the deadline. It returns the last snapshot and how
+// long convergence took, which also goes into the summary.
+func (c *cluster) requireConverged(t *testing.T) (snapshot, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	deadline := start.Add(convergeTimeout)
+	for {
+		s, err := c.read(ctx)
+		var problems []string
+		if err != nil {
+			problems = []string{"reading the tables: " + err.Error()}
+		} else {
+			problems = s.problems(c.cfg.maxAttempts)
+		}
+		if len(problems) == 0 {
+			took := time.Since(start)
+			c.mu.Lock()
+			c.events = len(s.outbox)
+			c.mu.Unlock()
+			tally.add(func(k *counts) {
+				if took > k.convergence {
+					k.convergence, k.slowest = took, t.Name()
+				}
+			})
+			t.Logf("invariant holds after %s: %d outbox rows, %d receipts, %d orgs", took.Round(time.Millisecond), len(s.outbox), len(s.receipts), len(s.activeRules))
+			return s, took
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invariant does not hold after %s (%d problems):\n%s", convergeTimeout, len(problems), strings.Join(problems, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// outboxRows reads outbox_events now.
+func (c *cluster) outboxRows(t *testing.T) []outboxRow {
+	t.Helper()
+	rows, err := c.labDB.Pool.Query(context.Background(), `SELECT id, event_tag, payload::text, created_at, available_at,
+		claimed_until, attempts, processed_at, failed_at, last_error FROM outbox_events ORDER BY created_at, id`)
+	if err != nil {
+		t.Fatalf("read outbox_events: %v", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
+	if err != nil {
+		t.Fatalf("read outbox_events: %v", err)
+	}
+	return out
+}
+
+// receiptCount counts billing_receipts now.
+func (c *cluster) receiptCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := c.billDB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM billing_receipts`).Scan(&n); err != nil {
+		t.Fatalf("count billing_receipts: %v", err)
+	}
+	return n
+}
+
+// ruleActive reads a rule's active flag from labeling_rules.
+func (c *cluster) ruleActive(t *testing.T, id uuid.UUID) bool {
+	t.Helper()
+	var active bool
+	if err := c.labDB.Pool.QueryRow(context.Background(), `SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active); err != nil {
+		t.Fatalf("read rule %s: %v", id, err)
+	}
+	return active
+}

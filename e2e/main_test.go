@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Paths of the binaries TestMain builds once for every scenario.
+var (
+	labelingBin string
+	billingBin  string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := buildBinaries(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	built := time.Since(start)
+	code := m.Run()
+	fmt.Print(tally.summary(built, time.Since(start)))
+	return code
+}
+
+// buildBinaries builds cmd/labeling and cmd/billing with failpoints into dir.
+func buildBinaries(dir string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	labelingBin = filepath.Join(dir, "labeling")
+	billingBin = filepath.Join(dir, "billing")
+	for bin, pkg := range map[string]string{labelingBin: "./cmd/labeling", billingBin: "./cmd/billing"} {
+		cmd := exec.Command(goBin, "build", "-tags", "failpoints", "-o", bin, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build -tags failpoints %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// moduleRoot is the nearest directory above the working directory holding go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// tally sums what every scenario did, for the summary printed at the end.
+var tally = &counts{}
+
+type counts struct {
+	mu          sync.Mutex
+	scenarios   int
+	failed      []string
+	kills       int // SIGKILLs sent by the harness plus failpoint exits
+	terms       int // SIGTERMs sent
+	cuts        int // database backends terminated
+	requests    int // HTTP requests sent to the services' APIs
+	events      int // outbox rows at the end of each scenario
+	duplicates  int // deliveries billing answered as already applied
+	convergence time.Duration
+	slowest     string
+}
+
+func (c *counts) add(f func(c *counts)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(c)
+}
+
+func (c *counts) summary(build, total time.Duration) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := "\n=== e2e crash suite summary\n"
+	s += fmt.Sprintf("scenarios run:                %d (%d failed)\n", c.scenarios, len(c.failed))
+	for _, name := range c.failed {
+		s += fmt.Sprintf("  failed: %s\n", name)
+	}
+	s += fmt.Sprintf("kills (SIGKILL, incl. failpoint exits): %d\n", c.kills)
+	s += fmt.Sprintf("SIGTERMs:                     %d\n", c.terms)
+	s += fmt.Sprintf("database backends terminated: %d\n", c.cuts)
+	s += fmt.Sprintf("requests sent:                %d\n", c.requests)
+	s += fmt.Sprintf("events (outbox rows):         %d\n", c.events)
+	s += fmt.Sprintf("duplicate deliveries observed: %d (billing_events_total{outcome=\"already_applied\"})\n", c.duplicates)
+	s += fmt.Sprintf("longest convergence:          %s (%s)\n", c.convergence.Round(time.Millisecond), c.slowest)
+	s += fmt.Sprintf("build %s, suite %s\n", build.Round(time.Millisecond), total.Round(time.Millisecond))
+	return s
+}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/failpoint"
+)
+
+// TestKillUnderLoad kills labeling or billing with SIGKILL at random moments
+// while clients create, activate, deactivate and reactivate rules, restarting
+// each at once: every rule ends in the state its client last set, and every
+// state change reaches billing exactly once.
+func TestKillUnderLoad(t *testing.T) {
+	t.Parallel()
+	c := setup(t, config{})
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("kill schedule seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+
+	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
+	// Four kills: both services at least once, in random order, 1-2s apart.
+	victims := []*proc{c.lab(), c.billing, c.lab(), c.billing}
+	rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
+	for _, v := range victims {
+		pause := time.Second + time.Duration(rng.Int64N(int64(time.Second)))
+		<-time.After(pause)
+		l.waitOps(t, 5)
+		t.Logf("kill -9 %s (pid %d)", v.name, v.pid())
+		v.kill(true)
+		v.restart(t)
+	}
+	l.waitOps(t, 5)
+	l.finish(t)
+
+	s, _ := c.requireConverged(t)
+	l.requireFinalStates(t, s)
+}
+
+// TestBillingDown produces events while billing is not running: the rows are
+// retried with a growing delay (attempts > 1, and none exhausts its attempts
+// however long billing stays away, which a retry on every poll would), and all
+// are applied once billing comes up.
+func TestBillingDown(t *testing.T) {
+	t.Parallel()
+	// At the 50ms poll, retrying on every tick would burn 30 attempts in 1.5s.
+	c := setup(t, config{billingDown: true, maxAttempts: 30})
+	ctx := context.Background()
+
+	org := uuid.New()
+	var ids []uuid.UUID
+	for i := range 6 {
+		id := uuid.New()
+		ids = append(ids, id)
+		_, _, err := c.sendUntil(ctx, c.lab, http.MethodPost, rulesPath(org), newRuleBody(id), http.StatusCreated)
+		require.NoError(t, err)
+		_, _, err = c.sendUntil(ctx, c.lab, http.MethodPost, rulePath(org, id, "activate"), nil, http.StatusOK)
+		require.NoError(t, err)
+		if i%3 == 0 {
+			_, _, err = c.sendUntil(ctx, c.lab, http.MethodPost, rulePath(org, id, "deactivate"), nil, http.StatusOK)
+			require.NoError(t, err)
+		}
+	}
+	down := time.Now()
+
+	// Billing stays away for at least 3s and until every row has been tried 3 times.
+	waitFor(t, convergeTimeout, func() bool {
+		rows := c.outboxRows(t)
+		for _, r := range rows {
+			require.Nil(t, r.ProcessedAt, "nothing can be delivered while billing is down: %s", r)
+			require.Nil(t, r.FailedAt, "a row failed while billing was down: %s", r)
+			if r.Attempts < 3 {
+				return false
+			}
+		}
+		return len(rows) == 8 && time.Since(down) >= 3*time.Second
+	}, "every row is retried while billing is down")
+
+	c.billing.restart(t)
+	s, _ := c.requireConverged(t)
+	require.Len(t, s.outbox, 8, "6 activations and 2 deactivations")
+	for _, r := range s.outbox {
+		require.Greater(t, r.Attempts, 1, "delivered on a retry: %s", r)
+	}
+	require.EqualValues(t, 4, c.quota(t, org))
+}
+
+// TestReplicas runs three labeling processes on one labeling database, each
+// with its own relay and no leader, with the load spread over them: every event
+// is delivered and applied exactly once.
+func TestReplicas(t *testing.T) {
+	t.Parallel()
+	// A generous handler timeout: no delivery outlives its lease even on a busy
+	// machine, so any duplicate would come from two relays claiming one row.
+	c := setup(t, config{replicas: 3, claimSize: 2, handlerTimeout: 5 * time.Second, lease: 10 * time.Second})
+
+	l := startLoad(t, c, loadOptions{clients: 6, rules: 2, maxOps: 40, pace: 10 * time.Millisecond, replicas: true})
+	l.waitOps(t, 6*40)
+	l.finish(t)
+
+	s, _ := c.requireConverged(t)
+	l.requireFinalStates(t, s)
+	dups := c.billing.duplicatesSoFar(t)
+	t.Logf("%d events, %d duplicate deliveries", len(s.outbox), dups)
+	require.Zero(t, dups, "with no crash, no row is dispatched by two relays")
+}
+
+// TestDatabaseCut terminates every database backend of both services, several
+// times, under load: both recover by themselves (same processes, no restart) and
+// the invariant holds.
+func TestDatabaseCut(t *testing.T) {
+	t.Parallel()
+	c := setup(t, config{})
+	pids := map[*proc]int{c.lab(): c.lab().pid(), c.billing: c.billing.pid()}
+	admin := c.labDB.Pool // any connection on the server may terminate backends
+
+	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
+	for range 3 {
+		l.waitOps(t, 10)
+		var n int
+		require.NoError(t, admin.QueryRow(context.Background(), `
+			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = ANY($1) AND application_name IN ('e2e-labeling', 'e2e-billing')`,
+			[]string{c.labDB.Name, c.billDB.Name}).Scan(&n))
+		require.Positive(t, n, "the services held database connections to cut")
+		t.Logf("terminated %d backends", n)
+		tally.add(func(s *counts) { s.cuts += n })
+	}
+	l.waitOps(t, 10)
+	l.finish(t)
+
+	s, _ := c.requireConverged(t)
+	l.requireFinalStates(t, s)
+	for p, pid := range pids {
+		require.True(t, p.alive(), "%s survived the cuts", p.name)
+		require.Equal(t, pid, p.pid(), "%s was not restarted", p.name)
+		require.Equal(t, 1, p.starts, "%s was not restarted", p.name)
+	}
+}
+
+// TestSIGTERMUnderLoad stops labeling with SIGTERM while deliveries are in flight
+// (billing is slowed by a sleep before its commit) and then billing while it is
+// answering deliveries: each exits 0 within the bound, labeling leaves no
+// unsettled row with a future claim, and after restarts the invariant holds.
+func TestSIGTERMUnderLoad(t *testing.T) {
+	t.Parallel()
+	c := setup(t, config{
+		billingFailpoints: failpoint.BillingEventsBeforeCommit + "=sleep(500ms)",
+		claimSize:         2, handlerTimeout: 2 * time.Second, lease: 4 * time.Second,
+	})
+	ctx := context.Background()
+	inFlight := func() bool {
+		var n int
+		require.NoError(t, c.labDB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events
+			WHERE processed_at IS NULL AND failed_at IS NULL AND claimed_until > $1`, time.Now().UnixMilli()).Scan(&n))
+		return n > 0
+	}
+
+	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
+	l.waitOps(t, 10)
+	waitFor(t, convergeTimeout, inFlight, "rows are being delivered")
+
+	state, took := c.lab().terminate(t)
+	t.Logf("labeling stopped in %s: %s", took, state)
+	require.True(t, state.Success(), "labeling exits 0 on SIGTERM, got %s", state)
+	require.False(t, inFlight(), "a stopped relay leaves no unsettled row claimed into the future")
+
+	c.lab().restart(t)
+	l.waitOps(t, 10)
+	waitFor(t, convergeTimeout, inFlight, "rows are being delivered")
+	state, took = c.billing.terminate(t)
+	t.Logf("billing stopped in %s: %s", took, state)
+	require.True(t, state.Success(), "billing exits 0 on SIGTERM, got %s", state)
+
+	c.billing.restart(t)
+	l.waitOps(t, 10)
+	l.finish(t)
+	s, _ := c.requireConverged(t)
+	l.requireFinalStates(t, s)
+}
