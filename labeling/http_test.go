@@ -44,7 +44,7 @@ func TestCreateRule(t *testing.T) {
 	t.Run("lengths are counted in characters, not bytes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		name := strings.Repeat("界", MaxNameLen) // 600 bytes
+		name := strings.Repeat("界", MaxNameLen)   // 600 bytes
 		label := strings.Repeat("é", MaxLabelLen) // 200 bytes
 
 		rec := b.do(t, http.MethodPost, rulesPath(b.org), createJSON(t, uuid.NewString(), name, "é+", label))
