@@ -14,10 +14,11 @@ import (
 
 func TestCreateRule(t *testing.T) {
 	t.Parallel()
+	shared := setup(t)
 
 	t.Run("a new rule answers 201 with the stored rule", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		before := time.Now().UTC().Truncate(time.Millisecond)
 
@@ -38,12 +39,12 @@ func TestCreateRule(t *testing.T) {
 		require.Equal(t, time.UTC, created.Location())
 		require.False(t, created.Before(before))
 		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules WHERE id = $1 AND org_id = $2`, id, b.org))
-		require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_events`), "a create appends no event")
+		require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_events WHERE payload->>'orgId' = $1`, b.org), "a create appends no event")
 	})
 
 	t.Run("lengths are counted in characters, not bytes", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		name := strings.Repeat("界", MaxNameLen)   // 600 bytes
 		label := strings.Repeat("é", MaxLabelLen) // 200 bytes
 
@@ -57,7 +58,7 @@ func TestCreateRule(t *testing.T) {
 
 	t.Run("a replay answers 200 with a body equal byte for byte", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		body := createJSON(t, uuid.NewString(), "invoices", `^INV-\d+$`, "finance")
 
 		first := b.do(t, http.MethodPost, rulesPath(b.org), body)
@@ -66,12 +67,12 @@ func TestCreateRule(t *testing.T) {
 
 		require.Equal(t, http.StatusOK, second.Code, second.Body.String())
 		require.Equal(t, first.Body.String(), second.Body.String())
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules`))
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules WHERE org_id = $1`, b.org))
 	})
 
 	t.Run("a replay answers the stored row, not the request rebuilt", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		b.create(t, b.org, id)
 		_, err := b.db.Pool.Exec(context.Background(),
@@ -89,7 +90,7 @@ func TestCreateRule(t *testing.T) {
 
 	t.Run("the same id with another body answers 409 and changes nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		stored := b.create(t, b.org, id)
 		for _, body := range []string{
@@ -106,7 +107,7 @@ func TestCreateRule(t *testing.T) {
 
 	t.Run("the same id under another org answers 409 and changes nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		stored := b.create(t, b.org, id)
 		other := uuid.NewString()
@@ -120,7 +121,7 @@ func TestCreateRule(t *testing.T) {
 
 	t.Run("bad input answers 400 and stores nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		ok := func(mutate func(*CreateJSON)) string {
 			c := CreateJSON{ID: id, Name: "invoices", Pattern: `^INV-\d+$`, Label: "finance"}
@@ -159,18 +160,18 @@ func TestCreateRule(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", tc.name, rec.Body.String())
 			requireError(t, rec, http.StatusBadRequest, "invalid")
 		}
-		require.Zero(t, b.count(t, `SELECT count(*) FROM labeling_rules`))
+		require.Zero(t, b.count(t, `SELECT count(*) FROM labeling_rules WHERE org_id = $1`, b.org))
 	})
 
 	t.Run("a body over 64 KiB answers 413 and stores nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		body := createJSON(t, uuid.NewString(), strings.Repeat("a", 70_000), "a", "l")
 
 		rec := b.do(t, http.MethodPost, rulesPath(b.org), body)
 
 		requireError(t, rec, http.StatusRequestEntityTooLarge, "too_large")
-		require.Zero(t, b.count(t, `SELECT count(*) FROM labeling_rules`))
+		require.Zero(t, b.count(t, `SELECT count(*) FROM labeling_rules WHERE org_id = $1`, b.org))
 	})
 }
 
@@ -219,10 +220,11 @@ func TestGetRule(t *testing.T) {
 
 func TestListRules(t *testing.T) {
 	t.Parallel()
+	shared := setup(t)
 
 	t.Run("an org without rules answers an empty page", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		b.create(t, uuid.NewString(), uuid.NewString()) // another org's rule is not listed
 
 		rec := b.do(t, http.MethodGet, rulesPath(b.org), "")
@@ -233,7 +235,7 @@ func TestListRules(t *testing.T) {
 
 	t.Run("pages walk the org's rules in id order", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		var ids []string
 		for range 5 {
 			id := uuid.NewString() // random (v4): creation order is not id order
@@ -265,7 +267,7 @@ func TestListRules(t *testing.T) {
 
 	t.Run("a full last page has no next", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		b.create(t, b.org, uuid.NewString())
 		b.create(t, b.org, uuid.NewString())
 
@@ -277,7 +279,7 @@ func TestListRules(t *testing.T) {
 
 	t.Run("the default page is 50 rules and the largest 500", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		org, err := ParseOrgID(b.org)
 		require.NoError(t, err)
 		for range DefaultPageSize + 1 {
@@ -299,7 +301,7 @@ func TestListRules(t *testing.T) {
 
 	t.Run("bad query values answer 400", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		for _, query := range []string{
 			"limit=0", "limit=501", "limit=abc", "limit=-1", "limit=", "limit=1.5",
 			"after=abc", "after=", "after=" + uuid.Nil.String(),
@@ -315,10 +317,11 @@ func TestListRules(t *testing.T) {
 
 func TestActivateRule(t *testing.T) {
 	t.Parallel()
+	shared := setup(t)
 
 	t.Run("activating an inactive rule answers 200 active and appends one RuleActivated", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		created := b.create(t, b.org, id)
 
@@ -339,7 +342,7 @@ func TestActivateRule(t *testing.T) {
 
 	t.Run("activating an active rule changes nothing and appends nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		b.create(t, b.org, id)
 		first := b.do(t, http.MethodPost, rulePath(b.org, id)+"/activate", "")
@@ -354,7 +357,7 @@ func TestActivateRule(t *testing.T) {
 
 	t.Run("an unknown rule or another org's answers 404 and appends nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		b.create(t, b.org, id)
 
@@ -367,7 +370,7 @@ func TestActivateRule(t *testing.T) {
 
 	t.Run("bad input answers 400 or 413 and changes nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		b.create(t, b.org, id)
 		for _, tc := range []struct{ path, body string }{
@@ -389,10 +392,11 @@ func TestActivateRule(t *testing.T) {
 
 func TestDeactivateRule(t *testing.T) {
 	t.Parallel()
+	shared := setup(t)
 
 	t.Run("deactivating an active rule answers 200 inactive and appends one RuleDeactivated", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		b.create(t, b.org, id)
 		require.Equal(t, http.StatusOK, b.do(t, http.MethodPost, rulePath(b.org, id)+"/activate", "").Code)
@@ -409,7 +413,7 @@ func TestDeactivateRule(t *testing.T) {
 
 	t.Run("deactivating an inactive rule changes nothing and appends nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		created := b.create(t, b.org, id)
 
@@ -422,7 +426,7 @@ func TestDeactivateRule(t *testing.T) {
 
 	t.Run("another org's rule answers 404 and stays active", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 		b.create(t, b.org, id)
 		require.Equal(t, http.StatusOK, b.do(t, http.MethodPost, rulePath(b.org, id)+"/activate", "").Code)

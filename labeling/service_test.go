@@ -17,6 +17,7 @@ import (
 
 func TestCreateConcurrently(t *testing.T) {
 	t.Parallel()
+	shared := setup(t)
 	const n = 20
 
 	// statuses sends bodies(i) for i in 0..n-1 at once and returns the statuses.
@@ -43,18 +44,19 @@ func TestCreateConcurrently(t *testing.T) {
 
 	t.Run("one id with one body: one 201, the rest 200, one row", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		body := createJSON(t, uuid.NewString(), "invoices", `^INV-\d+$`, "finance")
+		b := shared.withOrg()
+		id := uuid.NewString()
+		body := createJSON(t, id, "invoices", `^INV-\d+$`, "finance")
 
 		got := statuses(t, b, func(int) string { return body })
 
 		require.Equal(t, map[int]int{http.StatusCreated: 1, http.StatusOK: n - 1}, got)
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules`))
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules WHERE id = $1`, id))
 	})
 
 	t.Run("one id with different bodies: one 201, the rest 409, one row", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := shared.withOrg()
 		id := uuid.NewString()
 
 		got := statuses(t, b, func(i int) string {
@@ -62,7 +64,7 @@ func TestCreateConcurrently(t *testing.T) {
 		})
 
 		require.Equal(t, map[int]int{http.StatusCreated: 1, http.StatusConflict: n - 1}, got)
-		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules`))
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM labeling_rules WHERE id = $1`, id))
 	})
 }
 

@@ -45,6 +45,14 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{db: db, e: e, svc: svc, nudges: nudges, org: uuid.NewString()}
 }
 
+// withOrg returns a bundle on the same database with a fresh org, so subtests can
+// share a database (creating one is the slow part) without seeing each other.
+func (b *testBundle) withOrg() *testBundle {
+	c := *b
+	c.org = uuid.NewString()
+	return &c
+}
+
 // do sends one request through the app, checked against the API spec.
 func (b *testBundle) do(t testing.TB, method, path, body string) *httptest.ResponseRecorder {
 	t.Helper()
@@ -110,11 +118,14 @@ type outboxRow struct {
 	CreatedAt int64
 }
 
-// events returns the outbox rows in created_at order (ties by id, a UUIDv7).
+// events returns the outbox rows of b.org in created_at order (ties by id, a
+// UUIDv7).
 func (b *testBundle) events(t testing.TB) []outboxRow {
 	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(),
-		`SELECT event_tag, payload, created_at FROM outbox_events ORDER BY created_at, id`)
+	rows, err := b.db.Pool.Query(context.Background(), `
+		SELECT event_tag, payload, created_at FROM outbox_events
+		WHERE payload->>'orgId' = $1
+		ORDER BY created_at, id`, b.org)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []outboxRow
