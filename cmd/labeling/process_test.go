@@ -166,7 +166,8 @@ func TestServeProcess(t *testing.T) {
 	t.Run("starts, serves the API and readiness, and exits 0 on SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t, migrations.Labeling)
-		p := startProcess(t, binary(t, ""), baseEnv(db.URL), "serve")
+		bin := binary(t, "")
+		p := startProcess(t, bin, baseEnv(db.URL), "serve")
 		base := "http://" + p.listenAddr(t)
 		client := &http.Client{Timeout: 5 * time.Second}
 		status := func(method, path, body string) int {
@@ -182,6 +183,9 @@ func TestServeProcess(t *testing.T) {
 		require.Eventually(t, func() bool { return status(http.MethodGet, "/readyz", "") == http.StatusOK },
 			30*time.Second, 20*time.Millisecond)
 		require.Equal(t, http.StatusOK, status(http.MethodGet, "/healthz", ""))
+		healthEnv := baseEnv(db.URL)
+		healthEnv["HTTP_ADDR"] = strings.TrimPrefix(base, "http://")
+		require.Equal(t, exitOK, startProcess(t, bin, healthEnv, "healthcheck").exitCode(t, 30*time.Second))
 
 		org, id := uuid.NewString(), uuid.NewString()
 		body := fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)
@@ -199,6 +203,8 @@ func TestServeProcess(t *testing.T) {
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		require.Equal(t, 0, p.exitCode(t, 30*time.Second), p.stderr.String())
 		p.logLines(t) // every line is JSON
+		require.Equal(t, exitFail, startProcess(t, bin, healthEnv, "healthcheck").exitCode(t, 30*time.Second),
+			"healthcheck fails once the server is gone")
 	})
 
 	t.Run("a bad OUTBOX_LEASE stops start-up with a line naming it", func(t *testing.T) {
