@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -146,7 +147,9 @@ func runCommand(ctx context.Context, cmd command, cfg config.Labeling, stdout io
 	case "healthcheck":
 		return service.Healthcheck(cfg.HTTPAddr)
 	case "migrate":
-		return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, service.Logger("labeling"))
+		// Logged like serve's migrations, to this command's stdout.
+		logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
+		return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
 	}
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
