@@ -128,11 +128,13 @@ func errorCode(t testing.TB, rec *httptest.ResponseRecorder) string {
 	return body.Error.Code
 }
 
-// failAtCommit makes the commit of a transaction that wrote a receipt fail with
-// SQLSTATE code, times times (every time when times < 0), through a deferred
+// failAtCommit makes the commit of a transaction that changed billing_quota fail
+// with SQLSTATE code, times times (every time when times < 0), through a deferred
 // constraint trigger: it fires at COMMIT, after the receipt and the quota change
-// are both written, which is exactly where billing.events.before-commit sits. The
-// calls are counted in a sequence, which a rollback does not undo.
+// are both written, which is exactly where billing.events.before-commit sits. It
+// hangs on the quota table, so a receipt committed on its own, before the change,
+// would survive the failure and be caught. The calls are counted in a sequence,
+// which a rollback does not undo.
 func (b *bundle) failAtCommit(t testing.TB, code string, times int) (calls func() int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -146,7 +148,7 @@ func (b *bundle) failAtCommit(t testing.TB, code string, times int) (calls func(
 			END IF;
 			RETURN NULL;
 		END $$;
-		CREATE CONSTRAINT TRIGGER fail_commit AFTER INSERT ON billing_receipts
+		CREATE CONSTRAINT TRIGGER fail_commit AFTER INSERT OR UPDATE ON billing_quota
 			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_commit();`,
 		times, times, code))
 	require.NoError(t, err)
