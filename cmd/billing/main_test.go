@@ -26,38 +26,51 @@ import (
 	"github.com/acme/outboxpair/infra/pgtest"
 )
 
+// build is one build of the binary, made once per test run.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	binDir string
+	plain  = &build{}
+	withFP = &build{}
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
+	dir, err := os.MkdirTemp("", "billing-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// binary builds cmd/billing once per test run, as the real binary (no race
-// detector, no test hooks).
-func binary(t *testing.T) string {
+// binary builds cmd/billing as the real binary: no race detector, no failpoints.
+func binary(t *testing.T) string { return plain.get(t, "billing") }
+
+// failpointBinary builds cmd/billing with -tags failpoints, for crash tests.
+func failpointBinary(t *testing.T) string {
+	return withFP.get(t, "billing-failpoints", "-tags", "failpoints")
+}
+
+func (b *build) get(t *testing.T, name string, flags ...string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "billing-bin-")
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		args := append([]string{"build", "-o", b.path}, flags...)
+		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "billing")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	require.NoError(t, buildErr)
-	return binPath
+	require.NoError(t, b.err)
+	return b.path
 }
 
 // emptyDatabase creates a database with no tables, so that the binary's own
@@ -136,7 +149,12 @@ type server struct {
 // startServer starts `billing serve` on a free port and waits for its listen log.
 func startServer(t *testing.T, environ []string) *server {
 	t.Helper()
-	cmd := exec.Command(binary(t), "serve")
+	return startBinary(t, binary(t), environ)
+}
+
+func startBinary(t *testing.T, bin string, environ []string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, "serve")
 	cmd.Env = environ
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
