@@ -52,7 +52,7 @@ func setupPool(t testing.TB, pool *pgxpool.Pool) *bundle {
 
 // event is a delivery body.
 type event struct {
-	ID, Type string
+	ID, Type  string
 	Org, Rule uuid.UUID
 }
 
@@ -302,7 +302,7 @@ func TestDeliverRejected(t *testing.T) {
 	}{
 		{name: "malformed JSON", body: `{"id":`},
 		{name: "an empty body", body: ``},
-		{name: "two JSON values", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`) + `{}`},
+		{name: "two JSON values", body: env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`"}`) + `{}`},
 		{name: "an unknown envelope field", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q},"extra":1}`, id, org, rule)},
 		{name: "a missing id", body: fmt.Sprintf(`{"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
 		{name: "an id that is not a UUID", body: fmt.Sprintf(`{"id":"42","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
