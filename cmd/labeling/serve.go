@@ -7,6 +7,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
@@ -36,7 +37,15 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 			retention.Config{Interval: cfg.CleanupInterval},
 		),
 		fx.Provide(
-			func() []outbox.Subscriber { return subscribers(cfg, logger) },
+			func() (*delivery.Client, error) {
+				return delivery.New(delivery.Config{
+					BaseURL:      cfg.BillingURL,
+					Token:        cfg.EventsToken,
+					Timeout:      cfg.HandlerTimeout,
+					MaxIdleConns: cfg.ClaimSize,
+				}, logger)
+			},
+			subscribers,
 			func(p *pgxpool.Pool) web.Pinger { return p },
 		),
 		postgres.Module,
@@ -49,6 +58,9 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 
 // subscribers is what the relay dispatches each tag to. Every tag labeling
 // appends needs a subscriber here, or its rows are retried until dead-lettered.
-func subscribers(cfg config.Labeling, logger *slog.Logger) []outbox.Subscriber {
-	return []outbox.Subscriber{}
+func subscribers(billing *delivery.Client) []outbox.Subscriber {
+	return []outbox.Subscriber{
+		delivery.Subscriber[labeling.RuleActivated](billing),
+		delivery.Subscriber[labeling.RuleDeactivated](billing),
+	}
 }
