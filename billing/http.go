@@ -1,0 +1,129 @@
+package billing
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/web"
+)
+
+// Config is what billing needs from the service's configuration.
+type Config struct {
+	EventsToken       string        // the shared secret senders present as a Bearer token
+	ReceiptsRetention time.Duration // receipts older than this are deleted
+}
+
+// Handler serves billing's HTTP API.
+type Handler struct {
+	svc   *Service
+	token [sha256.Size]byte // a digest, so the comparison takes the same time for every length
+}
+
+// NewHandler returns the handlers over svc. It fails when no token is configured:
+// an empty token would let anyone deliver events.
+func NewHandler(svc *Service, cfg Config) (*Handler, error) {
+	if cfg.EventsToken == "" {
+		return nil, errors.New("EVENTS_TOKEN: required but not set")
+	}
+	return &Handler{svc: svc, token: sha256.Sum256([]byte(cfg.EventsToken))}, nil
+}
+
+// Register adds billing's routes to e.
+func (h *Handler) Register(e *echo.Echo) {
+	e.POST("/internal/v1/events", h.deliver)
+	e.GET("/v1/orgs/:orgId/quota", h.quota)
+}
+
+// deliver applies one delivered event. It answers 204 only after the commit, for a
+// new event and for a redelivery alike; 400 for a delivery no retry can fix; 501,
+// writing nothing, for a type billing does not know, so the sender retries it until
+// billing learns it or an operator acts; 503 when the database is down.
+func (h *Handler) deliver(c echo.Context) error {
+	if err := h.authorize(c.Request()); err != nil {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="billing"`)
+		return err
+	}
+	var env Envelope
+	if err := web.DecodeJSON(c, &env); err != nil {
+		countEvent(typeOther, OutcomeRejected)
+		return err
+	}
+	id, typ, err := env.Header()
+	if err != nil {
+		countEvent(typeOther, OutcomeRejected)
+		return err
+	}
+	// The body's id is the dedup key. The header is optional, but when sent it must
+	// name the same event: a disagreement means a broken sender, not a retry.
+	if key := c.Request().Header.Get("Idempotency-Key"); key != "" {
+		if k, err := ParseID(key); err != nil || k != id {
+			countEvent(typ, OutcomeRejected)
+			return fault.Errorf(fault.Invalid, "Idempotency-Key must equal the body's id")
+		}
+	}
+	e, err := env.Event()
+	if err != nil {
+		if fault.CodeOf(err) == fault.NotImplemented {
+			countEvent(typ, OutcomeUnknownType)
+		} else {
+			countEvent(typ, OutcomeRejected)
+		}
+		return err
+	}
+	applied, err := h.svc.Apply(c.Request().Context(), e)
+	if err != nil {
+		countEvent(typ, OutcomeFailed)
+		return err
+	}
+	if applied {
+		countEvent(typ, OutcomeApplied)
+	} else {
+		countEvent(typ, OutcomeAlreadyApplied)
+	}
+	// Committed; a crash here loses only the answer, and the redelivery that
+	// follows finds the receipt.
+	if err := failpoint.Inject(failpoint.BillingEventsAfterCommit); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// authorize accepts only "Authorization: Bearer <EVENTS_TOKEN>" (the scheme in any
+// case, as RFC 9110 allows), comparing in constant time.
+func (h *Handler) authorize(r *http.Request) error {
+	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return fault.Errorf(fault.Unauthorized, "a Bearer token is required")
+	}
+	got := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(got[:], h.token[:]) != 1 {
+		return fault.Errorf(fault.Unauthorized, "the token is not valid")
+	}
+	return nil
+}
+
+// QuotaBody is the answer of GET /v1/orgs/{orgId}/quota.
+type QuotaBody struct {
+	OrgID       string `json:"orgId"`
+	ActiveRules int64  `json:"activeRules"`
+}
+
+func (h *Handler) quota(c echo.Context) error {
+	org, err := ParseOrgID(c.Param("orgId"))
+	if err != nil {
+		return err
+	}
+	q, err := h.svc.Quota(c.Request().Context(), org)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, QuotaBody{OrgID: q.OrgID.String(), ActiveRules: q.ActiveRules})
+}

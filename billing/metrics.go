@@ -1,0 +1,38 @@
+package billing
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Outcomes of billing_events_total. Every delivery that passes the token check is
+// counted once, so deliveries - events = already_applied: the duplicates the
+// receipts absorbed.
+const (
+	OutcomeApplied        = "applied"         // receipt new, change committed (204)
+	OutcomeAlreadyApplied = "already_applied" // receipt existed: a redelivery, nothing changed (204)
+	OutcomeRejected       = "rejected"        // malformed envelope or invalid payload (400)
+	OutcomeUnknownType    = "unknown_type"    // a type billing does not handle, no receipt (501)
+	OutcomeFailed         = "failed"          // database unavailable or a defect; the sender retries (5xx)
+)
+
+// typeOther is the type label of anything that is not a known type, so that a
+// sender cannot grow the label set.
+const typeOther = "other"
+
+var (
+	events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "billing_events_total",
+		Help: "Authorized event deliveries, by event type (RuleActivated, RuleDeactivated or other) and outcome (applied, already_applied, rejected, unknown_type, failed).",
+	}, []string{"type", "outcome"})
+	contentionRetries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "billing_apply_contention_retries_total",
+		Help: "Event transactions retried in-process after a serialization failure or deadlock.",
+	})
+)
+
+func init() { prometheus.MustRegister(events, contentionRetries) }
+
+func countEvent(typ, outcome string) {
+	if !Known(typ) {
+		typ = typeOther
+	}
+	events.WithLabelValues(typ, outcome).Inc()
+}

@@ -1,0 +1,33 @@
+package billing
+
+import (
+	"github.com/labstack/echo/v4"
+	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/retention"
+)
+
+// Module provides billing's use cases and routes and registers the retention of
+// billing_receipts with the cleanup. The app supplies Config, *pgxpool.Pool,
+// *slog.Logger and the *echo.Echo (web.Module).
+var Module = fx.Module("billing",
+	fx.Provide(
+		NewService,
+		NewHandler,
+		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),
+	),
+	fx.Invoke(func(e *echo.Echo, h *Handler) { h.Register(e) }),
+)
+
+// ReceiptsRetention is the retention of billing_receipts: receipts older than
+// cfg.ReceiptsRetention are deleted. It must be longer than any window in which an
+// event can still be redelivered (the relay's attempts × its capped delay, plus
+// the time a dead-lettered row may wait for an operator's requeue), or a late
+// redelivery would apply a second time.
+func ReceiptsRetention(cfg Config) retention.Policy {
+	return retention.Policy{
+		Name:   "billing_receipts",
+		Keep:   cfg.ReceiptsRetention,
+		Delete: Store{}.DeleteReceipts,
+	}
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// env is a config.Lookup over a map.
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+}
+
+func runCLI(vars map[string]string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, env(vars), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+
+	t.Run("bad arguments print usage on stderr and exit 2", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{
+			{"bogus"},
+			{"serve", "now"},
+			{"migrate", "--force"},
+			{"outbox"},
+			{"outbox", "list"},
+			{"outbox", "failed", "extra"},
+			{"outbox", "requeue"},
+			{"outbox", "requeue", "not-a-uuid"},
+			{"outbox", "requeue", "--all-failed", uuid.NewString()},
+			{"outbox", "requeue", "--all"},
+			{"outbox", "delete"},
+			{"outbox", "delete", "--all-failed"},
+		} {
+			code, stdout, stderr := runCLI(nil, args...)
+			require.Equal(t, exitUsage, code, "%q", args)
+			require.Empty(t, stdout)
+			require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
+			require.Contains(t, stderr, "usage: labeling")
+		}
+	})
+
+	t.Run("help prints usage on stdout and exits 0", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, _ := runCLI(nil, "--help")
+		require.Equal(t, exitOK, code)
+		require.Contains(t, stdout, "outbox requeue --all-failed")
+	})
+
+	t.Run("a bad configuration exits 1 with one line naming the variable", func(t *testing.T) {
+		t.Parallel()
+		for variable, vars := range map[string]map[string]string{
+			"DATABASE_URL":         {"EVENTS_TOKEN": "t"},
+			"EVENTS_TOKEN":         {"DATABASE_URL": "postgres://h/db"},
+			"OUTBOX_POLL_INTERVAL": {"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "OUTBOX_POLL_INTERVAL": "often"},
+		} {
+			code, _, stderr := runCLI(vars, "migrate")
+			require.Equal(t, exitFail, code)
+			require.True(t, strings.HasPrefix(stderr, "labeling: "+variable+": "), stderr)
+			require.Equal(t, 1, strings.Count(stderr, "\n"))
+		}
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.ServerURL(t)
+	ctx := context.Background()
+	name := "labeling_migrate_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		conn.Close(context.Background())
+	})
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	u, err := url.Parse(admin)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	dbURL := u.String()
+	vars := map[string]string{"DATABASE_URL": dbURL, "EVENTS_TOKEN": "t"}
+
+	code, stdout, stderr := runCLI(vars, "migrate")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, `"msg":"migration applied"`)
+	code, stdout, stderr = runCLI(vars, "migrate")
+	require.Equal(t, exitOK, code, stderr)
+	require.NotContains(t, stdout, "migration applied", "the second run finds nothing to do")
+
+	db, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	var tables int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables
+		WHERE table_name IN ('labeling_rules', 'outbox_events')`).Scan(&tables))
+	require.Equal(t, 2, tables)
+}
+
+// outboxFixture holds one row in each state.
+type outboxFixture struct {
+	vars                       map[string]string
+	db                         *pgtest.DB
+	failed, pending, processed uuid.UUID
+}
+
+func setupOutbox(t *testing.T) *outboxFixture {
+	t.Helper()
+	db := pgtest.New(t, migrations.Labeling)
+	f := &outboxFixture{
+		vars: map[string]string{"DATABASE_URL": db.URL, "EVENTS_TOKEN": "t"},
+		db:   db, failed: uuid.New(), pending: uuid.New(), processed: uuid.New(),
+	}
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at, failed_at, last_error)
+		VALUES ($1, 'RuleActivated', '{}', 1000, 1000, 10, NULL, 1709251199007, E'billing said 400:\n\tbad\\payload'),
+		       ($2, 'RuleActivated', '{}', 1000, 1000, 0, NULL, NULL, NULL),
+		       ($3, 'RuleDeactivated', '{}', 1000, 1000, 1, 2000, NULL, NULL)`,
+		f.failed, f.pending, f.processed)
+	require.NoError(t, err)
+	return f
+}
+
+func (f *outboxFixture) exists(t *testing.T, id uuid.UUID) bool {
+	var n int
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE id = $1`, id).Scan(&n))
+	return n == 1
+}
+
+func TestOutboxCommands(t *testing.T) {
+	t.Parallel()
+
+	t.Run("failed prints each dead-lettered row on one tab-separated line", func(t *testing.T) {
+		t.Parallel()
+		f := setupOutbox(t)
+
+		code, stdout, stderr := runCLI(f.vars, "outbox", "failed")
+
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, f.failed.String()+"\tRuleActivated\t10\t2024-02-29T23:59:59.007Z\tbilling said 400:\\n\\tbad\\\\payload\n", stdout)
+	})
+
+	t.Run("requeue makes the named failed rows pending with attempts reset", func(t *testing.T) {
+		t.Parallel()
+		f := setupOutbox(t)
+
+		code, stdout, stderr := runCLI(f.vars, "outbox", "requeue", f.failed.String())
+
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, "requeued 1 of 1 rows\n", stdout)
+		var attempts int
+		var failedAt *int64
+		var availableAt int64
+		require.NoError(t, f.db.Pool.QueryRow(context.Background(),
+			`SELECT attempts, failed_at, available_at FROM outbox_events WHERE id = $1`, f.failed).Scan(&attempts, &failedAt, &availableAt))
+		require.Zero(t, attempts)
+		require.Nil(t, failedAt)
+		code, stdout, _ = runCLI(f.vars, "outbox", "failed")
+		require.Equal(t, exitOK, code)
+		require.Empty(t, stdout)
+	})
+
+	t.Run("requeue --all-failed requeues every failed row", func(t *testing.T) {
+		t.Parallel()
+		f := setupOutbox(t)
+
+		code, stdout, stderr := runCLI(f.vars, "outbox", "requeue", "--all-failed")
+
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, "requeued 1 rows\n", stdout)
+		code, stdout, _ = runCLI(f.vars, "outbox", "failed")
+		require.Equal(t, exitOK, code)
+		require.Empty(t, stdout)
+	})
+
+	t.Run("delete removes failed and processed rows", func(t *testing.T) {
+		t.Parallel()
+		f := setupOutbox(t)
+
+		code, stdout, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.processed.String())
+
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, "deleted 2 of 2 rows\n", stdout)
+		require.False(t, f.exists(t, f.failed))
+		require.False(t, f.exists(t, f.processed))
+		require.True(t, f.exists(t, f.pending))
+	})
+
+	t.Run("delete refuses a pending row and deletes nothing", func(t *testing.T) {
+		t.Parallel()
+		f := setupOutbox(t)
+
+		code, _, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.pending.String())
+
+		require.Equal(t, exitFail, code)
+		require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
+		require.Contains(t, stderr, "pending")
+		require.True(t, f.exists(t, f.failed))
+		require.True(t, f.exists(t, f.pending))
+	})
+}

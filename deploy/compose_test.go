@@ -1,0 +1,461 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/modfile"
+
+	"github.com/acme/outboxpair/infra/config"
+)
+
+// root is the module root, where docker-compose.yml, the Dockerfile and go.mod live.
+const root = ".."
+
+// binary describes what the code says about one binary: the variables it reads
+// and how it loads them.
+type binary struct {
+	vars []string
+	load func(config.Lookup) error
+}
+
+var binaries = map[string]binary{
+	"labeling": {
+		vars: config.LabelingVars,
+		load: func(l config.Lookup) error { _, err := config.LoadLabeling(l); return err },
+	},
+	"billing": {
+		vars: config.BillingVars,
+		load: func(l config.Lookup) error { _, err := config.LoadBilling(l); return err },
+	},
+}
+
+type bundle struct {
+	project    *types.Project
+	dockerfile dockerfile
+	goVersion  string   // go.mod's go line
+	databases  []string // created by the postgres init script
+}
+
+// setup loads docker-compose.yml as `docker compose` would, with env as the only
+// environment (no shell variables, no .env), and parses the files it points at.
+func setup(t *testing.T, env ...string) bundle {
+	t.Helper()
+	opts, err := cli.NewProjectOptions(
+		[]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root),
+		cli.WithEnv(env),
+	)
+	require.NoError(t, err)
+	project, err := cli.ProjectFromOptions(context.Background(), opts)
+	require.NoError(t, err, "docker-compose.yml does not load")
+
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	mod, err := modfile.ParseLax("go.mod", gomod, nil)
+	require.NoError(t, err)
+	require.NotNil(t, mod.Go, "go.mod has no go line")
+
+	return bundle{
+		project:    project,
+		dockerfile: parseDockerfile(t, filepath.Join(root, "Dockerfile")),
+		goVersion:  mod.Go.Version,
+		databases:  createdDatabases(t, filepath.Join(root, "deploy", "postgres", "10-create-databases.sql")),
+	}
+}
+
+// apps returns the services that run one of our binaries, by binary name.
+func (b bundle) apps(t *testing.T) map[string]types.ServiceConfig {
+	t.Helper()
+	apps := map[string]types.ServiceConfig{}
+	for name, svc := range b.project.Services {
+		if len(svc.Command) > 0 {
+			if _, ok := binaries[svc.Command[0]]; ok {
+				apps[svc.Command[0]] = svc
+				continue
+			}
+		}
+		require.Equal(t, "postgres", name, "service %s runs none of our binaries", name)
+	}
+	require.Len(t, apps, len(binaries), "docker-compose.yml must run each binary once")
+	return apps
+}
+
+func env(svc types.ServiceConfig) map[string]string {
+	out := map[string]string{}
+	for k, v := range svc.Environment {
+		if v != nil {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+func TestCompose(t *testing.T) {
+	t.Parallel()
+
+	t.Run("every variable set is one the service reads, and every one it reads is set", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for bin, svc := range b.apps(t) {
+			vars := binaries[bin].vars
+			for name := range svc.Environment {
+				require.Contains(t, vars, name, "%s sets %s, which %s does not read (renamed?)", svc.Name, name, bin)
+			}
+			for _, name := range vars {
+				require.Contains(t, svc.Environment, name, "%s reads %s; set it explicitly in docker-compose.yml", bin, name)
+			}
+		}
+	})
+
+	t.Run("the required variables are set and not empty", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, svc := range b.apps(t) {
+			e := env(svc)
+			for _, name := range config.Required {
+				require.NotEmpty(t, e[name], "%s: required %s is missing", svc.Name, name)
+			}
+		}
+	})
+
+	t.Run("each service's environment loads without error", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for bin, svc := range b.apps(t) {
+			e := env(svc)
+			err := binaries[bin].load(func(name string) (string, bool) { v, ok := e[name]; return v, ok })
+			require.NoError(t, err, "%s's environment in docker-compose.yml", svc.Name)
+		}
+	})
+
+	t.Run("EVENTS_TOKEN is the same on both sides", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		apps := b.apps(t)
+		require.Equal(t, env(apps["labeling"])["EVENTS_TOKEN"], env(apps["billing"])["EVENTS_TOKEN"])
+	})
+
+	t.Run("EVENTS_TOKEN from the shell reaches both sides", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "EVENTS_TOKEN=from-the-shell")
+		for _, svc := range b.apps(t) {
+			require.Equal(t, "from-the-shell", env(svc)["EVENTS_TOKEN"], svc.Name)
+		}
+	})
+
+	t.Run("BILLING_URL names the billing service and its port", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		apps := b.apps(t)
+		u, err := url.Parse(env(apps["labeling"])["BILLING_URL"])
+		require.NoError(t, err)
+		require.Equal(t, apps["billing"].Name, u.Hostname())
+		require.Equal(t, listenPort(t, apps["billing"]), u.Port())
+	})
+
+	t.Run("each service publishes the port it listens on", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, svc := range b.apps(t) {
+			port := listenPort(t, svc)
+			published := slices.ContainsFunc(svc.Ports, func(p types.ServicePortConfig) bool {
+				return p.Published == port && strconv.Itoa(int(p.Target)) == port
+			})
+			require.True(t, published, "%s listens on %s but does not publish it as %s:%s", svc.Name, port, port, port)
+		}
+	})
+
+	t.Run("each DATABASE_URL is its own database created by the init script", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		seen := map[string]string{}
+		for _, svc := range b.apps(t) {
+			u, err := url.Parse(env(svc)["DATABASE_URL"])
+			require.NoError(t, err)
+			require.Equal(t, "postgres", u.Hostname(), "%s: DATABASE_URL must name the postgres service", svc.Name)
+			db := strings.TrimPrefix(u.Path, "/")
+			require.Contains(t, b.databases, db, "%s: database %q is not created by the init script", svc.Name, db)
+			require.NotContains(t, seen, db, "%s and %s share database %q", svc.Name, seen[db], db)
+			seen[db] = svc.Name
+		}
+	})
+
+	t.Run("every service has a health check", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for name, svc := range b.project.Services {
+			require.NotNil(t, svc.HealthCheck, "%s has no healthcheck", name)
+			require.False(t, svc.HealthCheck.Disable, "%s disables its healthcheck", name)
+			require.NotEmpty(t, svc.HealthCheck.Test, "%s has an empty healthcheck", name)
+		}
+	})
+
+	t.Run("every dependency waits for health", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for name, svc := range b.project.Services {
+			for dep, d := range svc.DependsOn {
+				require.Equal(t, types.ServiceConditionHealthy, d.Condition, "%s depends on %s", name, dep)
+			}
+		}
+		apps := b.apps(t)
+		require.ElementsMatch(t, []string{"postgres"}, keys(apps["billing"].DependsOn))
+		require.ElementsMatch(t, []string{"postgres", apps["billing"].Name}, keys(apps["labeling"].DependsOn))
+	})
+
+	t.Run("postgres keeps its data in a named volume and creates the databases on first start", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pg, ok := b.project.Services["postgres"]
+		require.True(t, ok)
+		var data, initScript bool
+		for _, v := range pg.Volumes {
+			switch {
+			case v.Target == "/var/lib/postgresql/data":
+				require.Equal(t, types.VolumeTypeVolume, v.Type, "the data directory must be a named volume")
+				require.Contains(t, b.project.Volumes, v.Source)
+				data = true
+			case strings.HasPrefix(v.Target, "/docker-entrypoint-initdb.d/"):
+				require.Equal(t, types.VolumeTypeBind, v.Type)
+				require.FileExists(t, v.Source)
+				initScript = true
+			}
+		}
+		require.True(t, data, "postgres has no named data volume")
+		require.True(t, initScript, "postgres does not mount the init script")
+		require.ElementsMatch(t, []string{"labeling", "billing"}, b.databases)
+	})
+
+	t.Run("the app health checks and commands run binaries the Dockerfile builds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for bin, svc := range b.apps(t) {
+			require.Equal(t, types.ShellCommand{bin, "serve"}, svc.Command, svc.Name)
+			require.Equal(t, types.HealthCheckTest{"CMD", "/usr/local/bin/" + bin, "healthcheck"}, svc.HealthCheck.Test,
+				"%s: the image has no shell, so the check must be the exec form of the binary's healthcheck subcommand", svc.Name)
+			require.Contains(t, b.dockerfile.copied, "/usr/local/bin/"+bin, "the Dockerfile does not copy %s", bin)
+			require.Contains(t, b.dockerfile.built, "./cmd/"+bin, "the Dockerfile does not build ./cmd/%s", bin)
+		}
+	})
+}
+
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := b.dockerfile
+
+	t.Run("the build stage's Go matches go.mod", func(t *testing.T) {
+		t.Parallel()
+		require.True(t, strings.HasPrefix(d.builder, "golang:"), "the build stage must use the official golang image, got %q", d.builder)
+		tag := strings.TrimPrefix(d.builder, "golang:")
+		require.Equal(t, minor(b.goVersion), minor(tag), "Dockerfile %s vs go.mod go %s", d.builder, b.goVersion)
+	})
+
+	t.Run("the build is static", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, "0", d.env["CGO_ENABLED"])
+	})
+
+	t.Run("the final stage is distroless and runs as non-root", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, "gcr.io/distroless/static-debian12:nonroot", d.final)
+		require.True(t, strings.HasPrefix(d.user, "nonroot"), "USER is %q", d.user)
+	})
+}
+
+// dockerfile is what the test needs from the Dockerfile.
+type dockerfile struct {
+	builder string            // image of the first stage
+	final   string            // image of the last stage
+	env     map[string]string // ENV of the build stage
+	user    string            // last USER
+	copied  []string          // paths copied into the final stage from another stage
+	built   []string          // packages named by `go build`
+}
+
+var envPair = regexp.MustCompile(`(\w+)=(\S+)`)
+
+// parseDockerfile reads the few instructions the checks need, joining continued lines.
+func parseDockerfile(t *testing.T, path string) dockerfile {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+
+	d := dockerfile{env: map[string]string{}}
+	var lines []string
+	var cont strings.Builder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if s, ok := strings.CutSuffix(line, `\`); ok {
+			cont.WriteString(s + " ")
+			continue
+		}
+		cont.WriteString(line)
+		lines = append(lines, cont.String())
+		cont.Reset()
+	}
+	require.NoError(t, sc.Err())
+
+	stages := 0
+	for _, line := range lines {
+		fields := strings.Fields(line)
+		switch strings.ToUpper(fields[0]) {
+		case "FROM":
+			stages++
+			if stages == 1 {
+				d.builder = fields[1]
+			}
+			d.final = fields[1]
+		case "ENV":
+			if stages == 1 {
+				for _, m := range envPair.FindAllStringSubmatch(line, -1) {
+					d.env[m[1]] = m[2]
+				}
+			}
+		case "USER":
+			d.user = fields[1]
+		case "COPY":
+			if len(fields) > 3 && strings.HasPrefix(fields[1], "--from=") {
+				dest := fields[len(fields)-1]
+				for _, src := range fields[2 : len(fields)-1] {
+					if strings.HasSuffix(dest, "/") {
+						d.copied = append(d.copied, dest+filepath.Base(src))
+					} else {
+						d.copied = append(d.copied, dest)
+					}
+				}
+			}
+		case "RUN":
+			if i := slices.Index(fields, "build"); i > 0 && fields[i-1] == "go" {
+				for _, f := range fields[i+1:] {
+					if strings.HasPrefix(f, "./") {
+						d.built = append(d.built, strings.TrimSuffix(f, "/"))
+					}
+				}
+			}
+		}
+	}
+	return d
+}
+
+var createDatabase = regexp.MustCompile(`(?i)CREATE\s+DATABASE\s+"?(\w+)"?`)
+
+func createdDatabases(t *testing.T, path string) []string {
+	t.Helper()
+	sql, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var names []string
+	for _, m := range createDatabase.FindAllStringSubmatch(string(sql), -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+func listenPort(t *testing.T, svc types.ServiceConfig) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(env(svc)["HTTP_ADDR"])
+	require.NoError(t, err, "%s: HTTP_ADDR", svc.Name)
+	return port
+}
+
+// minor returns "1.26" of "1.26", "1.26.0" or "1.26.3-bookworm".
+func minor(v string) string {
+	v, _, _ = strings.Cut(v, "-")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestDockerBuildContext copies the module as `docker build` would see it (after
+// .dockerignore) and builds every package there, so an ignore rule that drops a
+// file the binaries need fails here rather than in the image build.
+func TestDockerBuildContext(t *testing.T) {
+	t.Parallel()
+
+	ignore, err := os.Open(filepath.Join(root, ".dockerignore"))
+	require.NoError(t, err)
+	patterns, err := ignorefile.ReadAll(ignore)
+	require.NoError(t, ignore.Close())
+	require.NoError(t, err)
+	pm, err := patternmatcher.New(patterns)
+	require.NoError(t, err)
+
+	ctxDir := t.TempDir()
+	var copied []string
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		excluded, err := pm.MatchesOrParentMatches(filepath.ToSlash(rel))
+		if err != nil {
+			return err
+		}
+		switch {
+		case excluded && d.IsDir() && !pm.Exclusions():
+			return filepath.SkipDir
+		case excluded, d.IsDir():
+			return nil
+		}
+		copied = append(copied, filepath.ToSlash(rel))
+		return copyFile(path, filepath.Join(ctxDir, rel))
+	})
+	require.NoError(t, err)
+	require.Contains(t, copied, "go.mod")
+	require.Contains(t, copied, "go.sum")
+	require.NotContains(t, copied, "docker-compose.yml", ".dockerignore no longer applies")
+
+	// The Dockerfile builds ./cmd/labeling and ./cmd/billing; ./... holds them and
+	// every package they can import.
+	cmd := exec.Command("go", "build", "-trimpath", "./...")
+	cmd.Dir = ctxDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=readonly", "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build in the Docker build context:\n%s", out)
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o644)
+}

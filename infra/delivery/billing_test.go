@@ -1,0 +1,92 @@
+package delivery_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/delivery"
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// TestAgainstBilling sends through the client to billing's real handler on a real
+// database, so the two halves cannot drift apart on the wire.
+func TestAgainstBilling(t *testing.T) {
+	t.Parallel()
+
+	setupBilling := func(t *testing.T) (*billing.Service, string) {
+		t.Helper()
+		db := pgtest.New(t, migrations.Billing)
+		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+		svc := billing.NewService(db.Pool, logger)
+		h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
+		require.NoError(t, err)
+		e := web.New(logger, db.Pool)
+		h.Register(e)
+		srv := httptest.NewServer(e)
+		t.Cleanup(srv.Close)
+		return svc, srv.URL
+	}
+	msg := func(tag string, org uuid.UUID, payload string) outbox.Message {
+		if payload == "" {
+			payload = fmt.Sprintf(`{"orgId":%q,"ruleId":%q}`, org, uuid.New())
+		}
+		return outbox.Message{ID: uuid.Must(uuid.NewV7()), Tag: tag, Payload: json.RawMessage(payload), CreatedAt: time.Now().UnixMilli(), Attempt: 1}
+	}
+
+	t.Run("an event delivered twice is accepted twice and applied once", func(t *testing.T) {
+		t.Parallel()
+		svc, url := setupBilling(t)
+		c := newClient(t, delivery.Config{BaseURL: url, Token: token})
+		org := uuid.New()
+		m := msg(billing.RuleActivated, org, "")
+		require.NoError(t, c.Deliver(context.Background(), m))
+		m.Attempt = 2
+		require.NoError(t, c.Deliver(context.Background(), m))
+		require.NoError(t, c.Deliver(context.Background(), msg(billing.RuleDeactivated, org, "")))
+		require.NoError(t, c.Deliver(context.Background(), msg(billing.RuleActivated, org, "")))
+		q, err := svc.Quota(context.Background(), org)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, q.ActiveRules)
+	})
+
+	t.Run("a wrong token is retried, not failed", func(t *testing.T) {
+		t.Parallel()
+		_, url := setupBilling(t)
+		c := newClient(t, delivery.Config{BaseURL: url, Token: "wrong"})
+		err := c.Deliver(context.Background(), msg(billing.RuleActivated, uuid.New(), ""))
+		require.ErrorContains(t, err, "401")
+		require.False(t, outbox.IsPermanent(err))
+	})
+
+	t.Run("an unknown type is retried, not failed", func(t *testing.T) {
+		t.Parallel()
+		_, url := setupBilling(t)
+		c := newClient(t, delivery.Config{BaseURL: url, Token: token})
+		err := c.Deliver(context.Background(), msg("RuleRenamed", uuid.New(), `{"whatever":1}`))
+		require.ErrorContains(t, err, "501")
+		require.False(t, outbox.IsPermanent(err))
+	})
+
+	t.Run("a payload billing refuses fails at once", func(t *testing.T) {
+		t.Parallel()
+		_, url := setupBilling(t)
+		c := newClient(t, delivery.Config{BaseURL: url, Token: token})
+		err := c.Deliver(context.Background(), msg(billing.RuleActivated, uuid.New(), `{"orgId":"acme","ruleId":"x"}`))
+		require.ErrorContains(t, err, "400")
+		require.ErrorContains(t, err, "orgId must be a UUID")
+		require.True(t, outbox.IsPermanent(err))
+	})
+}

@@ -1,0 +1,161 @@
+// Package delivery carries Labeling's outbox events across the process boundary to
+// Billing: an outbox subscriber POSTs each event to Billing's /internal/v1/events
+// with the row id as the idempotency key. It maps Billing's answer to the relay's
+// settlement: 2xx processed, 400 failed at once (no retry can fix the body), and
+// anything else, a timeout or a refused connection included, an ordinary failed
+// attempt that the relay retries after its durable delay. Billing's receipts make
+// the redeliveries this causes harmless.
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/acme/outboxpair/infra/outbox"
+)
+
+// Path is where Billing receives events, relative to its base URL.
+const Path = "/internal/v1/events"
+
+const (
+	// snippetBytes bounds the part of an error answer quoted in the row's last_error.
+	snippetBytes = 256
+	// drainBytes bounds what is read from an answer so its connection can be reused;
+	// an answer longer than that costs a new connection, not an unbounded read.
+	drainBytes = 64 << 10
+)
+
+// Config is what the client needs from Labeling's configuration.
+type Config struct {
+	BaseURL string        // BILLING_URL, e.g. http://localhost:8081
+	Token   string        // EVENTS_TOKEN, sent as a Bearer token
+	Timeout time.Duration // bound of one delivery (OUTBOX_HANDLER_TIMEOUT); 30s when zero
+	// MaxIdleConns is how many idle connections to Billing are kept for reuse: the
+	// rows of one claim (OUTBOX_CLAIM_SIZE) are the most that are in flight. 10
+	// when zero.
+	MaxIdleConns int
+}
+
+// Client delivers events to Billing over one pooled http.Client. It is safe for
+// concurrent use.
+type Client struct {
+	http   *http.Client
+	url    string
+	auth   string
+	logger *slog.Logger
+}
+
+// New returns a client for cfg. It fails when the base URL is not an absolute
+// http(s) URL or the token is empty.
+func New(cfg Config, logger *slog.Logger) (*Client, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("BILLING_URL: %q is not an http(s) URL", cfg.BaseURL)
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("EVENTS_TOKEN: required but not set")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.MaxIdleConns <= 0 {
+		cfg.MaxIdleConns = 10
+	}
+	// A transport of its own, not http.DefaultTransport: its pool is sized for the
+	// relay, and every phase of a request has a bound even if a caller's context
+	// has none.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = cfg.MaxIdleConns
+	t.MaxIdleConnsPerHost = cfg.MaxIdleConns
+	t.IdleConnTimeout = 90 * time.Second
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ResponseHeaderTimeout = cfg.Timeout
+	t.ExpectContinueTimeout = time.Second
+	return &Client{
+		http:   &http.Client{Transport: t, Timeout: cfg.Timeout},
+		url:    strings.TrimRight(cfg.BaseURL, "/") + Path,
+		auth:   "Bearer " + cfg.Token,
+		logger: logger,
+	}, nil
+}
+
+// body is the delivery envelope of contract section 4.
+type body struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	OccurredAt int64           `json:"occurredAt"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+// Deliver POSTs m to Billing under ctx (the relay's handler timeout) and returns
+// nil only on a 2xx answer, which Billing gives after its commit. A 400, or a
+// message that cannot be encoded, is returned wrapped with outbox.Permanent; every
+// other outcome is an ordinary error the relay retries. The error quotes the
+// status and the start of the answer, never the token.
+func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
+	payload, err := json.Marshal(body{
+		ID: m.ID.String(), Type: m.Tag, OccurredAt: m.CreatedAt, Payload: m.Payload,
+	})
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("encode %s %s: %w", m.Tag, m.ID, err))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(payload))
+	if err != nil {
+		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, err)
+	}
+	req.Header.Set("Authorization", c.auth)
+	req.Header.Set("Idempotency-Key", m.ID.String())
+	req.Header.Set("Content-Type", "application/json")
+
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, err)
+	}
+	defer func() {
+		// Read what is left (bounded) so the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		c.logger.Debug("event delivered", "id", m.ID, "tag", m.Tag, "attempt", m.Attempt,
+			"status", resp.StatusCode, "duration_ms", time.Since(start).Milliseconds())
+		return nil
+	}
+	err = fmt.Errorf("deliver %s %s: billing answered %s: %s", m.Tag, m.ID, resp.Status, snippet(resp.Body))
+	if resp.StatusCode == http.StatusBadRequest {
+		return outbox.Permanent(err)
+	}
+	return err
+}
+
+// snippet returns the start of an error answer, on one line and valid UTF-8.
+func snippet(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, snippetBytes))
+	// The cut may split a character: drop the broken bytes.
+	s := strings.ToValidUTF8(string(b), "")
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
+
+// Subscriber returns an outbox subscriber of E's tag that delivers each row to
+// Billing. The payload is decoded into E (and validated, if E has Validate) before
+// it is sent, so a payload Billing would refuse fails the row at once without a
+// request.
+func Subscriber[E outbox.Event](c *Client) outbox.Subscriber {
+	return outbox.Subscribe(func(ctx context.Context, m outbox.Message, _ E) error {
+		return c.Deliver(ctx, m)
+	})
+}

@@ -1,0 +1,224 @@
+package labeling
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/web"
+)
+
+// Handler serves the rules API of contract section 3 over the use cases.
+type Handler struct {
+	svc *Service
+}
+
+// NewHandler returns the HTTP handlers of svc.
+func NewHandler(svc *Service) *Handler { return &Handler{svc: svc} }
+
+// Register adds the rules routes to e.
+func (h *Handler) Register(e *echo.Echo) {
+	e.POST("/v1/orgs/:orgId/rules", h.create)
+	e.GET("/v1/orgs/:orgId/rules", h.list)
+	e.GET("/v1/orgs/:orgId/rules/:ruleId", h.get)
+	e.POST("/v1/orgs/:orgId/rules/:ruleId/activate", h.activate)
+	e.POST("/v1/orgs/:orgId/rules/:ruleId/deactivate", h.deactivate)
+}
+
+// RuleJSON is a rule in a response.
+type RuleJSON struct {
+	ID        string `json:"id"`
+	OrgID     string `json:"orgId"`
+	Name      string `json:"name"`
+	Pattern   string `json:"pattern"`
+	Label     string `json:"label"`
+	Active    bool   `json:"active"`
+	CreatedAt string `json:"createdAt"`
+	UpdatedAt string `json:"updatedAt"`
+}
+
+// PageJSON is the response of a listing. Rules is never null; Next is null on the
+// last page.
+type PageJSON struct {
+	Rules []RuleJSON `json:"rules"`
+	Next  *string    `json:"next"`
+}
+
+// CreateJSON is the body of a create.
+type CreateJSON struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Pattern string `json:"pattern"`
+	Label   string `json:"label"`
+}
+
+func toJSON(r Rule) RuleJSON {
+	return RuleJSON{
+		ID: r.ID.String(), OrgID: r.OrgID.String(),
+		Name: r.Name, Pattern: r.Pattern, Label: r.Label, Active: r.Active,
+		CreatedAt: FormatTime(r.CreatedAt), UpdatedAt: FormatTime(r.UpdatedAt),
+	}
+}
+
+func (h *Handler) create(c echo.Context) error {
+	org, err := orgParam(c, nil)
+	if err != nil {
+		return err
+	}
+	var body CreateJSON
+	if err := web.DecodeJSON(c, &body); err != nil {
+		return err
+	}
+	n, err := NewRuleFrom(body.ID, body.Name, body.Pattern, body.Label)
+	if err != nil {
+		return err
+	}
+	rule, created, err := h.svc.Create(c.Request().Context(), org, n)
+	if err != nil {
+		return err
+	}
+	if !created {
+		return c.JSON(http.StatusOK, toJSON(rule))
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/orgs/"+org.String()+"/rules/"+rule.ID.String())
+	return c.JSON(http.StatusCreated, toJSON(rule))
+}
+
+func (h *Handler) get(c echo.Context) error {
+	org, id, err := ruleParams(c)
+	if err != nil {
+		return err
+	}
+	rule, err := h.svc.Get(c.Request().Context(), org, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJSON(rule))
+}
+
+func (h *Handler) list(c echo.Context) error {
+	org, err := orgParam(c, []string{"limit", "after"})
+	if err != nil {
+		return err
+	}
+	q := c.QueryParams()
+	limit := DefaultPageSize
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > MaxPageSize {
+			return fault.Errorf(fault.Invalid, "limit must be an integer from 1 to %d, got %q", MaxPageSize, v[0])
+		}
+		limit = n
+	}
+	var after *RuleID
+	if v, ok := q["after"]; ok {
+		id, err := parseID("after", v[0])
+		if err != nil {
+			return err
+		}
+		after = &RuleID{id}
+	}
+	page, err := h.svc.List(c.Request().Context(), org, after, limit)
+	if err != nil {
+		return err
+	}
+	out := PageJSON{Rules: make([]RuleJSON, 0, len(page.Rules))}
+	for _, r := range page.Rules {
+		out.Rules = append(out.Rules, toJSON(r))
+	}
+	if page.Next != nil {
+		next := page.Next.String()
+		out.Next = &next
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h *Handler) activate(c echo.Context) error {
+	return h.setState(c, h.svc.Activate)
+}
+
+func (h *Handler) deactivate(c echo.Context) error {
+	return h.setState(c, h.svc.Deactivate)
+}
+
+func (h *Handler) setState(c echo.Context, change func(context.Context, OrgID, RuleID) (Rule, error)) error {
+	org, id, err := ruleParams(c)
+	if err != nil {
+		return err
+	}
+	if err := emptyBody(c); err != nil {
+		return err
+	}
+	rule, err := change(c.Request().Context(), org, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJSON(rule))
+}
+
+// orgParam decodes the orgId path parameter after checking that the query holds
+// only the allowed parameters, each at most once: the contract makes anything
+// else in a query a 400, and a repeated parameter has no single meaning.
+func orgParam(c echo.Context, allowed []string) (OrgID, error) {
+	if err := checkQuery(c.QueryParams(), allowed); err != nil {
+		return OrgID{}, err
+	}
+	return ParseOrgID(c.Param("orgId"))
+}
+
+func ruleParams(c echo.Context) (OrgID, RuleID, error) {
+	org, err := orgParam(c, nil)
+	if err != nil {
+		return OrgID{}, RuleID{}, err
+	}
+	id, err := ParseRuleID(c.Param("ruleId"))
+	return org, id, err
+}
+
+func checkQuery(q url.Values, allowed []string) error {
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	sort.Strings(names) // name the same parameter on every run
+	for _, name := range names {
+		known := false
+		for _, a := range allowed {
+			known = known || a == name
+		}
+		switch {
+		case !known:
+			return fault.Errorf(fault.Invalid, "unknown query parameter %q", name)
+		case len(q[name]) > 1:
+			return fault.Errorf(fault.Invalid, "query parameter %q given more than once", name)
+		}
+	}
+	return nil
+}
+
+// emptyBody accepts no body or an empty JSON object, which many clients send with
+// every POST; anything else is a 400 like any unknown field.
+func emptyBody(c echo.Context) error {
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, web.MaxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return fault.Errorf(fault.TooLarge, "body is larger than %d bytes", web.MaxBody)
+	case err != nil:
+		return fault.Errorf(fault.Invalid, "body could not be read")
+	}
+	if strings.TrimSpace(string(raw)) == "" {
+		return nil
+	}
+	c.Request().Body = io.NopCloser(bytes.NewReader(raw))
+	return web.DecodeJSON(c, &struct{}{})
+}

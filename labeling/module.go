@@ -1,0 +1,14 @@
+package labeling
+
+import (
+	"github.com/labstack/echo/v4"
+	"go.uber.org/fx"
+)
+
+// Module provides the store, the use cases and the handlers, and registers the
+// routes on the app's echo instance. The app supplies *pgxpool.Pool, an
+// outbox.Nudger and *echo.Echo.
+var Module = fx.Module("labeling",
+	fx.Provide(NewStore, NewService, NewHandler),
+	fx.Invoke(func(e *echo.Echo, h *Handler) { h.Register(e) }),
+)

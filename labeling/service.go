@@ -1,0 +1,204 @@
+package labeling
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
+)
+
+// Page limits of List.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// Service holds the use cases. Each owns its transaction; a state change commits
+// with its outbox event or not at all.
+type Service struct {
+	pool   *pgxpool.Pool
+	store  *Store
+	nudger outbox.Nudger
+}
+
+// NewService returns the use cases over pool. nudger is woken after every commit
+// that appended an event (the relay, or a test's counter).
+func NewService(pool *pgxpool.Pool, store *Store, nudger outbox.Nudger) *Service {
+	return &Service{pool: pool, store: store, nudger: nudger}
+}
+
+// Create stores org's new rule n. created is true when this call stored it; when
+// the same id was stored before with the same org and body it returns the stored
+// row with created false (a replay); with another org or body it fails with a
+// fault.Conflict whose reason is "rule_id_conflict".
+func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, created bool, err error) {
+	now := time.Now().UnixMilli()
+	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		rule, created, err = s.store.Insert(ctx, tx, Rule{
+			ID: n.ID, OrgID: org, Name: n.Name, Pattern: n.Pattern, Label: n.Label,
+			CreatedAt: now, UpdatedAt: now,
+		})
+		if err != nil || created {
+			return err
+		}
+		// The conflicting row is committed (ON CONFLICT waited for it) and this is
+		// a new statement, so it is visible here. Rules are never deleted.
+		existing, found, err := s.store.ByID(ctx, tx, n.ID)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return errors.New("create: conflicting rule not found after ON CONFLICT")
+		case !existing.sameBody(org, n):
+			return &fault.Error{Code: fault.Conflict, Reason: "rule_id_conflict",
+				Message: "a rule with id " + n.ID.String() + " exists with another body or org"}
+		}
+		rule = existing
+		return nil
+	})
+	if err != nil {
+		return Rule{}, false, err
+	}
+	if created {
+		rulesCreated.Inc()
+	}
+	return rule, created, nil
+}
+
+// Get returns org's rule id; fault.NotFound when absent or another org's.
+func (s *Service) Get(ctx context.Context, org OrgID, id RuleID) (rule Rule, err error) {
+	err = s.inTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rule, err = s.store.Get(ctx, tx, org, id)
+		return err
+	})
+	return rule, err
+}
+
+// Page is one page of a listing. Next is the id to pass as after for the next
+// page, nil when this page is the last.
+type Page struct {
+	Rules []Rule
+	Next  *RuleID
+}
+
+// List returns up to limit (1..MaxPageSize) of org's rules after the rule id after
+// (nil for the first page), in id order.
+func (s *Service) List(ctx context.Context, org OrgID, after *RuleID, limit int) (Page, error) {
+	if limit < 1 || limit > MaxPageSize {
+		return Page{}, fault.Errorf(fault.Invalid, "limit must be between 1 and %d", MaxPageSize)
+	}
+	from := uuid.Nil
+	if after != nil {
+		from = after.UUID()
+	}
+	var rules []Rule
+	err := s.inTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		// One row more than asked tells whether a next page exists, so a client
+		// never fetches an empty last page.
+		rules, err = s.store.List(ctx, tx, org, from, limit+1)
+		return err
+	})
+	if err != nil {
+		return Page{}, err
+	}
+	page := Page{Rules: rules}
+	if len(rules) > limit {
+		page.Rules = rules[:limit]
+		next := rules[limit-1].ID
+		page.Next = &next
+	}
+	return page, nil
+}
+
+// Activate makes org's rule id active. Only a change from inactive appends
+// RuleActivated, in the same transaction; activating an active rule returns it
+// unchanged and appends nothing. fault.NotFound when absent or another org's.
+func (s *Service) Activate(ctx context.Context, org OrgID, id RuleID) (Rule, error) {
+	rule, changed, err := s.setActive(ctx, org, id, true)
+	if err != nil {
+		return Rule{}, err
+	}
+	// Committed, not yet answered: a crash here must leave the event to the relay.
+	if err := failpoint.Inject(failpoint.LabelingActivateAfterCommit); err != nil {
+		return Rule{}, err
+	}
+	if changed {
+		s.nudger.Nudge()
+	}
+	return rule, nil
+}
+
+// Deactivate is the mirror of Activate: only a change from active appends
+// RuleDeactivated.
+func (s *Service) Deactivate(ctx context.Context, org OrgID, id RuleID) (Rule, error) {
+	rule, changed, err := s.setActive(ctx, org, id, false)
+	if err != nil {
+		return Rule{}, err
+	}
+	if changed {
+		s.nudger.Nudge()
+	}
+	return rule, nil
+}
+
+func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bool) (rule Rule, changed bool, err error) {
+	now := time.Now().UnixMilli()
+	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		rule, changed, err = s.store.SetActive(ctx, tx, org, id, active, now)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			// Already in that state, absent, or another org's: read to tell which.
+			rule, err = s.store.Get(ctx, tx, org, id)
+			return err
+		}
+		var event outbox.Event = RuleActivated{OrgID: org.UUID(), RuleID: id.UUID()}
+		if !active {
+			event = RuleDeactivated{OrgID: org.UUID(), RuleID: id.UUID()}
+		}
+		_, err = outbox.Append(ctx, tx, event)
+		return err
+	})
+	if err != nil {
+		return Rule{}, false, err
+	}
+	if changed {
+		stateChanges.WithLabelValues(stateName(active)).Inc()
+	}
+	return rule, changed, nil
+}
+
+// inTx runs fn in a transaction and classifies what failed: a *fault.Error from fn
+// passes through, an unreachable database is Unavailable (503, the client retries),
+// anything else is Internal.
+func (s *Service) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, fn)
+	var fe *fault.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &fe):
+		return err
+	case postgres.Unavailable(err):
+		return fault.Wrap(fault.Unavailable, err, "database unavailable")
+	default:
+		return fault.Wrap(fault.Internal, err, "internal error")
+	}
+}
+
+func stateName(active bool) string {
+	if active {
+		return "active"
+	}
+	return "inactive"
+}
