@@ -122,7 +122,12 @@ func TestDatabaseCut(t *testing.T) {
 
 	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
 	for range 3 {
+		// Both services work again after the previous cut: labeling answers the
+		// clients, billing applies deliveries.
+		receipts := c.receiptCount(t)
 		l.waitOps(t, 10)
+		waitFor(t, convergeTimeout, func() bool { return c.receiptCount(t) > receipts }, "billing applies deliveries")
+		<-time.After(500 * time.Millisecond)
 		var n int
 		require.NoError(t, admin.QueryRow(context.Background(), `
 			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -183,4 +188,44 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	l.finish(t)
 	s, _ := c.requireConverged(t)
 	l.requireFinalStates(t, s)
+}
+
+// TestSIGTERMReleasesClaims stops labeling while a delivery outlasts the stop
+// bound (billing sleeps a minute before its commit): the relay abandons it and
+// gives its claim back, so the process still exits 0 within the bound, the row
+// is immediately claimable by another relay, and after restarts it is applied
+// once.
+func TestSIGTERMReleasesClaims(t *testing.T) {
+	t.Parallel()
+	c := setup(t, config{
+		billingFailpoints: failpoint.BillingEventsBeforeCommit + "=sleep(60s)",
+		claimSize:         1, handlerTimeout: 30 * time.Second, lease: 30 * time.Second,
+	})
+	ctx := context.Background()
+	org, id := uuid.New(), uuid.New()
+	_, _, err := c.sendUntil(ctx, c.lab, http.MethodPost, rulesPath(org), newRuleBody(id), http.StatusCreated)
+	require.NoError(t, err)
+	_, _, err = c.sendUntil(ctx, c.lab, http.MethodPost, rulePath(org, id, "activate"), nil, http.StatusOK)
+	require.NoError(t, err)
+	waitFor(t, convergeTimeout, func() bool {
+		rows := c.outboxRows(t)
+		return len(rows) == 1 && rows[0].ClaimedUntil != nil && *rows[0].ClaimedUntil > time.Now().UnixMilli()
+	}, "the row is claimed and its delivery is in flight")
+
+	state, took := c.lab().terminate(t)
+	t.Logf("labeling stopped in %s: %s", took, state)
+	require.True(t, state.Success(), "labeling exits 0 on SIGTERM, got %s", state)
+	rows := c.outboxRows(t)
+	require.Len(t, rows, 1)
+	require.Nil(t, rows[0].ProcessedAt, "the delivery never finished")
+	if rows[0].ClaimedUntil != nil {
+		require.LessOrEqual(t, *rows[0].ClaimedUntil, time.Now().UnixMilli(), "the abandoned claim was released: %s", rows[0])
+	}
+
+	c.billing.kill(true) // still asleep in the failpoint
+	c.billing.restart(t)
+	c.lab().restart(t)
+	s, took := c.requireConverged(t)
+	require.Less(t, took, 10*time.Second, "the released row needs no lease (30s) to run out")
+	require.EqualValues(t, 1, s.quota[org])
 }
