@@ -263,3 +263,21 @@ func TestActivateAfterCommitCrash(t *testing.T) {
 		`SELECT count(*) FROM outbox_events WHERE event_tag = 'RuleActivated' AND payload->>'ruleId' = $1`, id).Scan(&events))
 	require.Equal(t, 1, events, "its event was committed with it")
 }
+
+func TestFailpointsOnlyInTaggedBuilds(t *testing.T) {
+	t.Parallel()
+
+	contains := func(t *testing.T, path string) bool {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return bytes.Contains(b, []byte("FAILPOINTS"))
+	}
+	t.Run("a normal build holds no failpoint machinery", func(t *testing.T) {
+		t.Parallel()
+		require.False(t, contains(t, binary(t, "")))
+	})
+	t.Run("a failpoints build reads FAILPOINTS", func(t *testing.T) {
+		t.Parallel()
+		require.True(t, contains(t, binary(t, "failpoints")))
+	})
+}
