@@ -21,7 +21,7 @@ import (
 // Config tunes a relay. Claim size × handler timeout must not exceed the lease, so
 // a batch whose rows all time out is still settled before its lease runs out.
 type Config struct {
-	PollInterval       time.Duration // wake period; failed ticks back off from it
+	PollInterval       time.Duration // wake period; failed ticks back off from it (doubling, up to 30× it and at most 30s)
 	ClaimSize          int           // rows claimed per statement
 	HandlerTimeout     time.Duration // bound of one row's dispatch
 	Lease              time.Duration // how long a claim is held
