@@ -21,7 +21,7 @@ import (
 // Config tunes a relay. Claim size × handler timeout must not exceed the lease, so
 // a batch whose rows all time out is still settled before its lease runs out.
 type Config struct {
-	PollInterval       time.Duration // wake period; failed ticks back off from it
+	PollInterval       time.Duration // wake period; failed ticks back off from it (doubling, up to 30× it and at most 30s)
 	ClaimSize          int           // rows claimed per statement
 	HandlerTimeout     time.Duration // bound of one row's dispatch
 	Lease              time.Duration // how long a claim is held
@@ -182,19 +182,17 @@ func (r *Relay) Stop(ctx context.Context) error {
 	defer cancel()
 	select {
 	case <-r.done:
-		return nil
 	case <-grace.Done():
-	}
-
-	// Out of time: cancel the handlers. Each abandoned dispatch releases its own
-	// row; the release below also covers rows the loop never got to dispatch.
-	r.abandon()
-	bound := time.NewTimer(releaseBudget(ctx))
-	defer bound.Stop()
-	select {
-	case <-r.done:
-	case <-bound.C:
-		r.logger.Warn("outbox relay did not stop within its bound; releasing its claims anyway")
+		// Out of time: cancel the handlers. Each abandoned dispatch releases its
+		// own row; the release below covers the rows the loop never got to.
+		r.abandon()
+		bound := time.NewTimer(releaseBudget(ctx))
+		defer bound.Stop()
+		select {
+		case <-r.done:
+		case <-bound.C:
+			r.logger.Warn("outbox relay did not stop within its bound; releasing its claims anyway")
+		}
 	}
 	return r.releaseAll()
 }

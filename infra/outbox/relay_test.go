@@ -139,15 +139,16 @@ func TestRelayConcurrent(t *testing.T) {
 func TestRelayFencing(t *testing.T) {
 	t.Parallel()
 
-	// setup: relay A's handler blocks until the test hands it its outcome; the
-	// row's lease is then made to expire and relay B reclaims it.
+	// setup: relay A claims the row and its handler blocks until the test hands
+	// it an outcome; the lease is then made to expire and relay B reclaims it.
 	type bundle struct {
 		pool    *pgxpool.Pool
 		id      uuid.UUID
-		aResult chan error // relay A's handler returns what is sent here
-		aDone   chan error // relay A's RunOnce outcome
+		aResult chan error // what A's handler returns
+		aDone   chan error // A's RunOnce outcome
+		bDone   chan error // B's RunOnce outcome
 	}
-	setup := func(t *testing.T, bOutcome error) (bundle, row) {
+	setup := func(t *testing.T, bHandler outbox.Handler) bundle {
 		db := newDB(t)
 		entered := make(chan struct{})
 		aResult := make(chan error)
@@ -155,82 +156,80 @@ func TestRelayFencing(t *testing.T) {
 			close(entered)
 			return <-aResult
 		}))
-		b := newRelay(t, db.Pool, testConfig(), handle(func(context.Context, outbox.Message) error { return bOutcome }))
+		b := newRelay(t, db.Pool, testConfig(), handle(bHandler))
 		id := appendEvents(t, db.Pool, thing{N: 1})[0]
 
-		aDone := make(chan error, 1)
-		go func() {
-			n, err := a.RunOnce(context.Background())
-			if err == nil && n != 1 {
-				err = fmt.Errorf("relay A claimed %d rows", n)
-			}
-			aDone <- err
-		}()
+		runOne := func(r *outbox.Relay) chan error {
+			done := make(chan error, 1)
+			go func() {
+				n, err := r.RunOnce(context.Background())
+				if err == nil && n != 1 {
+					err = fmt.Errorf("claimed %d rows, want 1", n)
+				}
+				done <- err
+			}()
+			return done
+		}
+		aDone := runOne(a)
 		<-entered
 		require.Equal(t, 1, getRow(t, db.Pool, id).Attempts)
 		exec(t, db.Pool, `UPDATE outbox_events SET claimed_until = $2 WHERE id = $1`, id, time.Now().Add(-time.Second).UnixMilli())
-		n, err := b.RunOnce(ctxT(t))
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "relay B reclaims the expired lease")
-		settled := getRow(t, db.Pool, id)
-		require.Equal(t, 2, settled.Attempts)
-		return bundle{pool: db.Pool, id: id, aResult: aResult, aDone: aDone}, settled
+		return bundle{pool: db.Pool, id: id, aResult: aResult, aDone: aDone, bDone: runOne(b)}
 	}
 
-	t.Run("a late success changes nothing after the reclaim failed", func(t *testing.T) {
-		t.Parallel()
-		bb, afterB := setup(t, errors.New("B failed"))
-		require.Nil(t, afterB.ProcessedAt)
-		require.Equal(t, "B failed", *afterB.LastError)
+	lateOutcomes := map[string]error{
+		"success":           nil,
+		"failure":           errors.New("A failed late"),
+		"permanent failure": outbox.Permanent(errors.New("A gives up late")),
+	}
+	reclaimOutcomes := map[string]error{
+		"succeeded": nil,
+		"failed":    errors.New("B failed"),
+	}
+	for late, aErr := range lateOutcomes {
+		for reclaim, bErr := range reclaimOutcomes {
+			t.Run("a late "+late+" changes nothing after the reclaim "+reclaim, func(t *testing.T) {
+				t.Parallel()
+				x := setup(t, func(context.Context, outbox.Message) error { return bErr })
+				require.NoError(t, <-x.bDone)
+				afterB := getRow(t, x.pool, x.id)
+				require.Equal(t, 2, afterB.Attempts)
+				require.Nil(t, afterB.ClaimedUntil)
 
-		bb.aResult <- nil
-		require.NoError(t, <-bb.aDone)
-		require.Equal(t, afterB, getRow(t, bb.pool, bb.id), "A's late success is fenced off")
-	})
+				x.aResult <- aErr
+				require.NoError(t, <-x.aDone)
+				require.Equal(t, afterB, getRow(t, x.pool, x.id), "B's outcome stands")
+			})
 
-	t.Run("a late failure changes nothing after the reclaim succeeded", func(t *testing.T) {
-		t.Parallel()
-		bb, afterB := setup(t, nil)
-		require.NotNil(t, afterB.ProcessedAt)
+			t.Run("a late "+late+" changes nothing while the reclaim is in flight, then the reclaim "+reclaim, func(t *testing.T) {
+				t.Parallel()
+				bEntered, bRelease := make(chan struct{}), make(chan struct{})
+				x := setup(t, func(context.Context, outbox.Message) error {
+					close(bEntered)
+					<-bRelease
+					return bErr
+				})
+				<-bEntered
+				bClaim := getRow(t, x.pool, x.id)
+				require.Equal(t, 2, bClaim.Attempts)
 
-		bb.aResult <- errors.New("A failed late")
-		require.NoError(t, <-bb.aDone)
-		require.Equal(t, afterB, getRow(t, bb.pool, bb.id), "A's late failure is fenced off")
-	})
+				x.aResult <- aErr
+				require.NoError(t, <-x.aDone)
+				require.Equal(t, bClaim, getRow(t, x.pool, x.id), "A cannot settle B's live claim")
 
-	t.Run("a late permanent failure changes nothing while the reclaim is in flight", func(t *testing.T) {
-		t.Parallel()
-		db := newDB(t)
-		aEntered, bEntered := make(chan struct{}), make(chan struct{})
-		aResult, bResult := make(chan error), make(chan error)
-		a := newRelay(t, db.Pool, testConfig(), handle(func(context.Context, outbox.Message) error {
-			close(aEntered)
-			return <-aResult
-		}))
-		b := newRelay(t, db.Pool, testConfig(), handle(func(context.Context, outbox.Message) error {
-			close(bEntered)
-			return <-bResult
-		}))
-		id := appendEvents(t, db.Pool, thing{N: 1})[0]
-		aDone, bDone := make(chan struct{}), make(chan struct{})
-		go func() { defer close(aDone); _, _ = a.RunOnce(context.Background()) }()
-		<-aEntered
-		exec(t, db.Pool, `UPDATE outbox_events SET claimed_until = $2 WHERE id = $1`, id, time.Now().Add(-time.Second).UnixMilli())
-		go func() { defer close(bDone); _, _ = b.RunOnce(context.Background()) }()
-		<-bEntered
-		bClaim := getRow(t, db.Pool, id)
-		require.Equal(t, 2, bClaim.Attempts)
-
-		aResult <- outbox.Permanent(errors.New("A gives up"))
-		<-aDone
-		require.Equal(t, bClaim, getRow(t, db.Pool, id), "A cannot fail B's live claim")
-
-		bResult <- nil
-		<-bDone
-		final := getRow(t, db.Pool, id)
-		require.NotNil(t, final.ProcessedAt, "B's outcome stands")
-		require.Nil(t, final.FailedAt)
-	})
+				close(bRelease)
+				require.NoError(t, <-x.bDone)
+				final := getRow(t, x.pool, x.id)
+				require.Nil(t, final.ClaimedUntil)
+				require.Nil(t, final.FailedAt, "B's outcome stands")
+				if bErr == nil {
+					require.NotNil(t, final.ProcessedAt)
+				} else {
+					require.Equal(t, "B failed", *final.LastError)
+				}
+			})
+		}
+	}
 }
 
 func TestRelayLease(t *testing.T) {
@@ -413,8 +412,14 @@ func TestRelayFailures(t *testing.T) {
 			return nil
 		}))
 		id := appendEvents(t, db.Pool, thing{N: 1})[0]
-		_, err := r.RunOnce(ctxT(t))
-		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { _, err := r.RunOnce(ctxT(t)); done <- err }()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("RunOnce waited for a handler past its timeout")
+		}
 		got := getRow(t, db.Pool, id)
 		require.Nil(t, got.ProcessedAt)
 		require.Nil(t, got.FailedAt)
@@ -563,6 +568,33 @@ func TestRelayStop(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 3, n, "another relay takes the released rows at once, despite the long lease")
 		require.Equal(t, 3, count(t, db.Pool, "processed_at IS NOT NULL"))
+	})
+
+	t.Run("RunOnce releases the rows whose dispatch its context cut off", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		cfg := testConfig()
+		cfg.HandlerTimeout, cfg.Lease = 10*time.Second, 10*time.Minute
+		entered := make(chan struct{}, 2)
+		r := newRelay(t, db.Pool, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
+			entered <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}))
+		ids := appendEvents(t, db.Pool, things(2)...)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { _, err := r.RunOnce(ctx); done <- err }()
+		<-entered
+		<-entered
+		cancel()
+		require.NoError(t, <-done)
+		for _, id := range ids {
+			got := getRow(t, db.Pool, id)
+			require.Nil(t, got.ClaimedUntil, "released, not left leased")
+			require.Nil(t, got.LastError, "an abandoned dispatch is not a failure")
+			require.LessOrEqual(t, got.AvailableAt, time.Now().UnixMilli(), "available again at once")
+		}
 	})
 
 	t.Run("dispatches that finish within the bound are settled", func(t *testing.T) {
