@@ -199,6 +199,8 @@ func TestServeProcess(t *testing.T) {
 		resp.Body.Close()
 		require.Contains(t, metrics.String(), `http_requests_total{code="201",method="POST",route="/v1/orgs/:orgId/rules"} 1`)
 		require.Contains(t, metrics.String(), `outbox_events_appended_total{tag="RuleActivated"} 1`)
+		require.Contains(t, metrics.String(), "outbox_oldest_pending_age_seconds", "the backlog gauges are served")
+		require.Contains(t, metrics.String(), "outbox_failed_rows 0")
 
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		require.Equal(t, 0, p.exitCode(t, 30*time.Second), p.stderr.String())

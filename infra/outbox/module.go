@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/retention"
@@ -26,6 +27,15 @@ var Module = fx.Module("outbox",
 	// events even when nothing in it asks for the relay.
 	fx.Invoke(func(lc fx.Lifecycle, r *Relay) {
 		lc.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
+	}),
+	// The backlog gauges are what to alert on; registered for the app's lifetime
+	// so that apps built one after another in a test process do not collide.
+	fx.Invoke(func(lc fx.Lifecycle, pool *pgxpool.Pool) {
+		c := NewBacklogCollector(pool)
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error { return prometheus.Register(c) },
+			OnStop:  func(context.Context) error { prometheus.Unregister(c); return nil },
+		})
 	}),
 )
 
