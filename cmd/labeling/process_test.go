@@ -199,6 +199,8 @@ func TestServeProcess(t *testing.T) {
 		resp.Body.Close()
 		require.Contains(t, metrics.String(), `http_requests_total{code="201",method="POST",route="/v1/orgs/:orgId/rules"} 1`)
 		require.Contains(t, metrics.String(), `outbox_events_appended_total{tag="RuleActivated"} 1`)
+		require.Contains(t, metrics.String(), "outbox_oldest_pending_age_seconds", "the backlog gauges are served")
+		require.Contains(t, metrics.String(), "outbox_failed_rows 0")
 
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		require.Equal(t, 0, p.exitCode(t, 30*time.Second), p.stderr.String())
@@ -262,4 +264,22 @@ func TestActivateAfterCommitCrash(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(t.Context(),
 		`SELECT count(*) FROM outbox_events WHERE event_tag = 'RuleActivated' AND payload->>'ruleId' = $1`, id).Scan(&events))
 	require.Equal(t, 1, events, "its event was committed with it")
+}
+
+func TestFailpointsOnlyInTaggedBuilds(t *testing.T) {
+	t.Parallel()
+
+	contains := func(t *testing.T, path string) bool {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return bytes.Contains(b, []byte("FAILPOINTS"))
+	}
+	t.Run("a normal build holds no failpoint machinery", func(t *testing.T) {
+		t.Parallel()
+		require.False(t, contains(t, binary(t, "")))
+	})
+	t.Run("a failpoints build reads FAILPOINTS", func(t *testing.T) {
+		t.Parallel()
+		require.True(t, contains(t, binary(t, "failpoints")))
+	})
 }

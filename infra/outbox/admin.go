@@ -3,8 +3,12 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -21,21 +25,107 @@ type FailedRow struct {
 var ErrPending = errors.New("outbox: refusing to delete pending rows")
 
 // Failed lists the dead-lettered rows, oldest failure first.
-func Failed(ctx context.Context, pool *pgxpool.Pool) ([]FailedRow, error) { return nil, errors.New("TODO") }
+func Failed(ctx context.Context, pool *pgxpool.Pool) ([]FailedRow, error) {
+	rows, err := pool.Query(ctx, `
+		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+		FROM outbox_events WHERE failed_at IS NOT NULL
+		ORDER BY failed_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list failed: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FailedRow, error) {
+		var f FailedRow
+		err := row.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list failed: %w", err)
+	}
+	return out, nil
+}
 
 // Requeue makes the failed rows among ids pending again, available now, with their
-// attempts reset to 0. It returns how many rows it changed.
+// attempts reset to 0. It returns how many rows it changed. Ids of rows that are
+// pending, processed or absent are left alone: requeueing never delivers a
+// processed fact again.
 func Requeue(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
-	return 0, errors.New("TODO")
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := pool.Exec(ctx, `
+		UPDATE outbox_events
+		SET failed_at = NULL, attempts = 0, available_at = $2, claimed_until = NULL
+		WHERE id = ANY($1) AND failed_at IS NOT NULL`,
+		ids, time.Now().UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("outbox: requeue: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // RequeueAllFailed is Requeue for every failed row.
 func RequeueAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	return 0, errors.New("TODO")
+	tag, err := pool.Exec(ctx, `
+		UPDATE outbox_events
+		SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL
+		WHERE failed_at IS NOT NULL`,
+		time.Now().UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("outbox: requeue all failed: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Delete deletes the rows named by ids if every one is failed or processed; if any
-// is pending it deletes nothing and returns an error wrapping ErrPending.
+// is pending it deletes nothing and returns an error wrapping ErrPending that
+// names the pending ids. Ids of absent rows are ignored. The check and the delete
+// run in one transaction that locks the rows first, so none can be requeued or
+// reclaimed between them.
 func Delete(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
-	return 0, errors.New("TODO")
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var deleted int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Lock every named row (in id order, so two deletes cannot deadlock) so
+		// that none changes state between the check and the delete.
+		rows, err := tx.Query(ctx, `
+			SELECT id, processed_at IS NULL AND failed_at IS NULL
+			FROM outbox_events WHERE id = ANY($1)
+			ORDER BY id
+			FOR UPDATE`, ids)
+		if err != nil {
+			return err
+		}
+		var pending []string
+		var id uuid.UUID
+		var isPending bool
+		_, err = pgx.ForEachRow(rows, []any{&id, &isPending}, func() error {
+			if isPending {
+				pending = append(pending, id.String())
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(pending) > 0 {
+			return fmt.Errorf("%w: %s", ErrPending, strings.Join(pending, ", "))
+		}
+		tag, err := tx.Exec(ctx, `
+			DELETE FROM outbox_events
+			WHERE id = ANY($1) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`, ids)
+		if err != nil {
+			return err
+		}
+		deleted = tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrPending) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("outbox: delete: %w", err)
+	}
+	return deleted, nil
 }

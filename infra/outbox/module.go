@@ -1,7 +1,15 @@
 package outbox
 
 import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/retention"
 )
 
 // Module provides the relay (also as a Nudger) started and stopped with the app,
@@ -10,5 +18,48 @@ import (
 var Module = fx.Module("outbox",
 	fx.Provide(
 		fx.Annotate(NewRelay, fx.As(fx.Self()), fx.As(new(Nudger))),
+		fx.Annotate(
+			func(cfg Config) retention.Policy { return ProcessedRetention(cfg.ProcessedRetention) },
+			fx.ResultTags(`group:"retention"`),
+		),
 	),
+	// An Invoke, not a dependency, starts the relay: the app must deliver its
+	// events even when nothing in it asks for the relay.
+	fx.Invoke(func(lc fx.Lifecycle, r *Relay) {
+		lc.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
+	}),
+	// The backlog gauges are what to alert on; registered for the app's lifetime
+	// so that apps built one after another in a test process do not collide.
+	fx.Invoke(func(lc fx.Lifecycle, pool *pgxpool.Pool) {
+		c := NewBacklogCollector(pool)
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error { return prometheus.Register(c) },
+			OnStop:  func(context.Context) error { prometheus.Unregister(c); return nil },
+		})
+	}),
 )
+
+// ProcessedRetention is the retention of processed outbox rows: those processed
+// more than keep ago are deleted, in chunks. Pending and failed rows are never
+// touched (their processed_at is NULL): the dead letter waits for an operator.
+func ProcessedRetention(keep time.Duration) retention.Policy {
+	return retention.Policy{
+		Name: "outbox_events",
+		Keep: keep,
+		Delete: func(ctx context.Context, pool *pgxpool.Pool, before int64, limit int) (int64, error) {
+			// The inner select reads outbox_events_processed_idx; the LIMIT keeps
+			// each statement's locks short on a large table.
+			tag, err := pool.Exec(ctx, `
+				DELETE FROM outbox_events
+				WHERE id IN (
+					SELECT id FROM outbox_events
+					WHERE processed_at < $1
+					LIMIT $2
+				)`, before, limit)
+			if err != nil {
+				return 0, fmt.Errorf("outbox: delete processed rows: %w", err)
+			}
+			return tag.RowsAffected(), nil
+		},
+	}
+}

@@ -1,0 +1,99 @@
+package outbox
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/migrations"
+)
+
+type internalEvent struct{}
+
+func (internalEvent) EventTag() string { return "Internal" }
+
+func TestStopReleasesUndispatchedClaims(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t, migrations.Labeling)
+	ctx := t.Context()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	for range 2 {
+		_, err := Append(ctx, tx, internalEvent{})
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+
+	r, err := NewRelay(db.Pool, Config{
+		PollInterval: time.Hour, ClaimSize: 10, HandlerTimeout: time.Second, Lease: time.Hour,
+		MaxAttempts: 3, RetryBase: time.Second, RetryMax: time.Minute, ProcessedRetention: time.Hour,
+	}, nil, nil)
+	require.NoError(t, err)
+	// Claimed as a tick would, but never dispatched: the state a tick is in when
+	// it is stuck between its claim and its dispatch (say at a failpoint) as the
+	// relay stops.
+	msgs, err := r.claim(ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
+
+	var leased int
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM outbox_events WHERE claimed_until IS NOT NULL`).Scan(&leased))
+	require.Zero(t, leased, "Stop released the claims it never dispatched")
+}
+
+func TestDurableDelay(t *testing.T) {
+	t.Parallel()
+	base, maxDelay := time.Second, time.Minute
+
+	t.Run("grows from base, never shrinks, and stays under the cap", func(t *testing.T) {
+		t.Parallel()
+		for range 200 {
+			prev := time.Duration(0)
+			for attempt := 1; attempt <= 40; attempt++ {
+				d := durableDelay(attempt, base, maxDelay)
+				require.GreaterOrEqual(t, d, prev, "attempt %d", attempt)
+				require.LessOrEqual(t, d, maxDelay)
+				if attempt == 1 {
+					require.GreaterOrEqual(t, d, base/2)
+					require.LessOrEqual(t, d, base)
+				}
+				prev = d
+			}
+			require.Equal(t, maxDelay, prev, "capped at max once the doubling passes it")
+		}
+	})
+
+	t.Run("huge attempt counts do not overflow", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, 365*24*time.Hour, durableDelay(1<<30, time.Hour, 365*24*time.Hour))
+	})
+}
+
+func TestErrorText(t *testing.T) {
+	t.Parallel()
+
+	t.Run("bounds a long error without splitting a rune", func(t *testing.T) {
+		t.Parallel()
+		// "x" first, so that the byte at maxErrorLen falls inside an "é".
+		got := errorText(errString("x" + strings.Repeat("é", 3000)))
+		require.LessOrEqual(t, len(got), maxErrorLen+len("…"))
+		require.True(t, strings.HasSuffix(got, "é…"))
+		require.NotContains(t, got, string(utf8.RuneError), "no rune was split")
+	})
+
+	t.Run("drops NUL bytes a text column refuses", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, "ab", errorText(errString("a\x00b")))
+	})
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
