@@ -25,8 +25,8 @@ func TestKillUnderLoad(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 
 	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
-	// Four kills: both services at least once, in random order, 1-2s apart.
-	victims := []*proc{c.lab(), c.billing, c.lab(), c.billing}
+	// Six kills, three of each service in random order, 1-2s apart.
+	victims := []*proc{c.lab(), c.billing, c.lab(), c.billing, c.lab(), c.billing}
 	rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
 	for _, v := range victims {
 		pause := time.Second + time.Duration(rng.Int64N(int64(time.Second)))
