@@ -424,6 +424,12 @@ func (p *proc) duplicatesSoFar(t *testing.T) int {
 
 // billingOutcomes reads billing_events_total from /metrics, summed by outcome.
 func (p *proc) billingOutcomes() (map[string]float64, error) {
+	return p.counter("billing_events_total", "outcome")
+}
+
+// counter reads the counter called name from /metrics, summed by the value of
+// label ("" for every series under the key "").
+func (p *proc) counter(name, label string) (map[string]float64, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	resp, err := client.Get(p.url() + "/metrics")
 	if err != nil {
@@ -439,13 +445,15 @@ func (p *proc) billingOutcomes() (map[string]float64, error) {
 		return nil, err
 	}
 	out := map[string]float64{}
-	if f := families["billing_events_total"]; f != nil {
+	if f := families[name]; f != nil {
 		for _, m := range f.GetMetric() {
+			key := ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
+				if l.GetName() == label {
+					key = l.GetValue()
 				}
 			}
+			out[key] += m.GetCounter().GetValue()
 		}
 	}
 	return out, nil

@@ -109,6 +109,18 @@ func TestReplicas(t *testing.T) {
 	dups := c.billing.duplicatesSoFar(t)
 	t.Logf("%d events, %d duplicate deliveries", len(s.outbox), dups)
 	require.Zero(t, dups, "with no crash, no row is dispatched by two relays")
+
+	// No leader: the relays shared the work.
+	working := 0
+	for _, p := range c.labeling {
+		processed, err := p.counter("outbox_events_processed_total", "")
+		require.NoError(t, err)
+		t.Logf("%s processed %v rows", p.name, processed[""])
+		if processed[""] > 0 {
+			working++
+		}
+	}
+	require.GreaterOrEqual(t, working, 2, "more than one relay delivered rows")
 }
 
 // TestDatabaseCut terminates every database backend of both services, several
