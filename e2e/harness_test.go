@@ -211,8 +211,7 @@ type proc struct {
 }
 
 func newProc(t *testing.T, name, bin string, env map[string]string) *proc {
-	p := &proc{t: t, name: name, bin: bin, addr: freeAddr(t), env: env, log: &logBuffer{}}
-	return p
+	return &proc{t: t, name: name, bin: bin, addr: freeAddr(t), env: env, log: &logBuffer{}}
 }
 
 func (p *proc) url() string { return "http://" + p.addr }

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/pgtest"
 )
 
 // TestKillUnderLoad kills labeling or billing with SIGKILL at random moments
@@ -44,9 +46,9 @@ func TestKillUnderLoad(t *testing.T) {
 }
 
 // TestBillingDown produces events while billing is not running: the rows are
-// retried with a growing delay (attempts > 1, and none exhausts its attempts
-// however long billing stays away, which a retry on every poll would), and all
-// are applied once billing comes up.
+// retried with a growing delay (every row reaches attempts >= 3, yet none uses
+// up its 30 attempts in the 3s or more that billing stays away, which a retry on
+// every 50ms poll would), and all are applied once billing comes up.
 func TestBillingDown(t *testing.T) {
 	t.Parallel()
 	// At the 50ms poll, retrying on every tick would burn 30 attempts in 1.5s.
@@ -54,10 +56,8 @@ func TestBillingDown(t *testing.T) {
 	ctx := context.Background()
 
 	org := uuid.New()
-	var ids []uuid.UUID
 	for i := range 6 {
 		id := uuid.New()
-		ids = append(ids, id)
 		_, _, err := c.sendUntil(ctx, c.lab, http.MethodPost, rulesPath(org), newRuleBody(id), http.StatusCreated)
 		require.NoError(t, err)
 		_, _, err = c.sendUntil(ctx, c.lab, http.MethodPost, rulePath(org, id, "activate"), nil, http.StatusOK)
@@ -123,31 +123,62 @@ func TestReplicas(t *testing.T) {
 	require.GreaterOrEqual(t, working, 2, "more than one relay delivered rows")
 }
 
-// TestDatabaseCut terminates every database backend of both services, several
-// times, under load: both recover by themselves (same processes, no restart) and
-// the invariant holds.
+// TestDatabaseCut cuts both services off their databases three times under
+// load: the first time every backend of both is terminated
+// (pg_terminate_backend), the next two times the databases also refuse new
+// connections for a second, long enough for both to notice (/readyz answers
+// 503) and for the relay's ticks to fail. Both recover by themselves (same
+// processes, no restart) and the invariant holds.
 func TestDatabaseCut(t *testing.T) {
 	t.Parallel()
 	c := setup(t, config{})
+	ctx := context.Background()
 	pids := map[*proc]int{c.lab(): c.lab().pid(), c.billing: c.billing.pid()}
-	admin := c.labDB.Pool // any connection on the server may terminate backends
+	admin, err := pgx.Connect(ctx, pgtest.ServerURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	dbs := []string{c.labDB.Name, c.billDB.Name}
+	allowConnections := func(allow bool) {
+		_, err := admin.Exec(ctx, `UPDATE pg_database SET datallowconn = $1 WHERE datname = ANY($2)`, allow, dbs)
+		require.NoError(t, err)
+	}
+	readyz := func(p *proc) int {
+		status, _, err := c.send(ctx, p.url(), http.MethodGet, "/readyz", nil)
+		require.NoError(t, err)
+		return status
+	}
 
 	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
-	for range 3 {
+	for round := 1; round <= 3; round++ {
 		// Both services work again after the previous cut: labeling answers the
 		// clients, billing applies deliveries.
 		receipts := c.receiptCount(t)
 		l.waitOps(t, 10)
 		waitFor(t, convergeTimeout, func() bool { return c.receiptCount(t) > receipts }, "billing applies deliveries")
 		<-time.After(500 * time.Millisecond)
+
+		outage := round > 1
+		began := time.Now()
+		if outage {
+			allowConnections(false)
+		}
 		var n int
-		require.NoError(t, admin.QueryRow(context.Background(), `
+		require.NoError(t, admin.QueryRow(ctx, `
 			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = ANY($1) AND application_name IN ('e2e-labeling', 'e2e-billing')`,
-			[]string{c.labDB.Name, c.billDB.Name}).Scan(&n))
+			WHERE datname = ANY($1) AND application_name IN ('e2e-labeling', 'e2e-billing')`, dbs).Scan(&n))
 		require.Positive(t, n, "the services held database connections to cut")
-		t.Logf("terminated %d backends", n)
 		tally.add(func(s *counts) { s.cuts += n })
+		if outage {
+			for _, p := range []*proc{c.lab(), c.billing} {
+				waitFor(t, 5*time.Second, func() bool { return readyz(p) == http.StatusServiceUnavailable },
+					"%s notices its database is gone", p.name)
+			}
+			<-time.After(time.Second - time.Since(began))
+			allowConnections(true)
+			t.Logf("cut %d: terminated %d backends, refused connections for %s", round, n, time.Since(began).Round(time.Millisecond))
+		} else {
+			t.Logf("cut %d: terminated %d backends", round, n)
+		}
 	}
 	l.waitOps(t, 10)
 	l.finish(t)
@@ -158,6 +189,7 @@ func TestDatabaseCut(t *testing.T) {
 		require.True(t, p.alive(), "%s survived the cuts", p.name)
 		require.Equal(t, pid, p.pid(), "%s was not restarted", p.name)
 		require.Equal(t, 1, p.starts, "%s was not restarted", p.name)
+		require.Equal(t, http.StatusOK, readyz(p), "%s is ready again", p.name)
 	}
 }
 
