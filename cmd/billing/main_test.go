@@ -19,11 +19,7 @@ import (
 	"github.com/acme/outboxpair/infra/proctest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proctest.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
 
 // binary builds cmd/billing as the real binary: no race detector, no failpoints.
 func binary(t *testing.T) string { return proctest.Build(t, "./cmd/billing") }

@@ -19,11 +19,7 @@ import (
 	"github.com/acme/outboxpair/migrations"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proctest.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
 
 // binary builds cmd/labeling once per set of build tags and returns its path.
 func binary(t *testing.T, tags ...string) string {

@@ -78,7 +78,15 @@ func build(pkg string, tags []string) (string, error) {
 	return out, nil
 }
 
-// RemoveBuilds deletes every binary built so far; TestMain calls it after m.Run.
+// Run runs the tests and then deletes the binaries they built; a TestMain that
+// does nothing else is os.Exit(proctest.Run(m)).
+func Run(m *testing.M) int {
+	defer RemoveBuilds()
+	return m.Run()
+}
+
+// RemoveBuilds deletes every binary built so far: a TestMain that uses Build
+// calls it (or Run) after m.Run.
 func RemoveBuilds() {
 	binMu.Lock()
 	defer binMu.Unlock()

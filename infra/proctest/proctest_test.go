@@ -17,11 +17,7 @@ import (
 	"github.com/acme/outboxpair/infra/proctest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proctest.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
 
 const helperPkg = "./infra/proctest/testdata/helper"
 
