@@ -7,12 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/infra/proctest"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -33,7 +33,6 @@ const (
 	readyTimeout = 30 * time.Second // a started process answers /readyz 200
 	deathTimeout = 15 * time.Second // an armed failpoint is reached and the process is dead
 	stopBound    = 25 * time.Second // SIGTERM to exit: the services' own stop bound is 20s
-	logTailLines = 40
 	eventsToken  = "e2e-events-token"
 )
 
@@ -87,7 +86,7 @@ type cluster struct {
 }
 
 // setup starts a cluster for t. Everything it starts is killed when t ends, and
-// when t failed the tail of every process's log is printed.
+// when t failed the tail of every start's output is printed (infra/proctest).
 func setup(t *testing.T, cfg config) *cluster {
 	t.Helper()
 	cfg = cfg.withDefaults()
@@ -104,7 +103,8 @@ func setup(t *testing.T, cfg config) *cluster {
 		},
 	}
 	tally.add(func(s *counts) { s.scenarios++ })
-	// Registered after pgtest's cleanups, so it runs before the databases are dropped.
+	// Registered after pgtest's cleanups, so it runs before the databases are
+	// dropped; and before any process starts, so it runs after they are all killed.
 	t.Cleanup(c.teardown)
 
 	c.billing = newProc(t, "billing", billingBin, map[string]string{
@@ -139,13 +139,12 @@ func setup(t *testing.T, cfg config) *cluster {
 	return c
 }
 
+// teardown adds the scenario to the tally. It runs after every process is gone:
+// proctest kills each start at the end of the test, and billing's counters are
+// harvested just before (see start).
 func (c *cluster) teardown() {
 	t := c.t
-	c.billing.harvest()
 	procs := append([]*proc{c.billing}, c.labeling...)
-	for _, p := range procs {
-		p.kill(false)
-	}
 	c.mu.Lock()
 	requests, events := c.requests, c.events
 	c.mu.Unlock()
@@ -161,11 +160,6 @@ func (c *cluster) teardown() {
 			s.failed = append(s.failed, t.Name())
 		}
 	})
-	if t.Failed() {
-		for _, p := range procs {
-			t.Logf("--- last %d lines of %s (pid %d, %d starts) ---\n%s", logTailLines, p.name, p.pid(), p.starts, p.log.tail(logTailLines))
-		}
-	}
 }
 
 // lab returns the only (or first) labeling process.
@@ -192,26 +186,23 @@ func freeAddr(t *testing.T) string {
 }
 
 // proc is one service process, restartable on the same address with the same
-// environment. Its log gathers stdout and stderr of every start.
+// environment. Each start is a proctest.Process of its own.
 type proc struct {
 	t          *testing.T
 	name       string
 	bin        string
 	addr       string
 	env        map[string]string
-	log        *logBuffer
 	starts     int
 	duplicates int // already-applied deliveries harvested from ended lives (billing)
 
 	mu        sync.Mutex
-	cmd       *exec.Cmd
-	done      chan struct{} // closed when the current start has exited
-	state     *os.ProcessState
-	harvested bool // this life's metrics were already added to duplicates
+	life      *proctest.Process // the latest start; nil before the first
+	harvested bool              // this life's metrics were already added to duplicates
 }
 
 func newProc(t *testing.T, name, bin string, env map[string]string) *proc {
-	return &proc{t: t, name: name, bin: bin, addr: freeAddr(t), env: env, log: &logBuffer{}}
+	return &proc{t: t, name: name, bin: bin, addr: freeAddr(t), env: env}
 }
 
 func (p *proc) url() string { return "http://" + p.addr }
@@ -225,11 +216,11 @@ func (p *proc) launch(t *testing.T, failpoints string) {
 		if err == nil {
 			return
 		}
-		if try < 2 && strings.Contains(p.log.String(), "address already in use") {
+		if try < 2 && strings.Contains(p.current().Output.String(), "address already in use") {
 			p.addr = freeAddr(t)
 			continue
 		}
-		t.Fatalf("%s: %v\n%s", p.name, err, p.log.tail(logTailLines))
+		t.Fatalf("%s: %v", p.name, err)
 	}
 }
 
@@ -238,51 +229,36 @@ func (p *proc) restart(t *testing.T) {
 	t.Helper()
 	require.False(t, p.alive(), "%s: restart of a running process", p.name)
 	if err := p.start(""); err != nil {
-		t.Fatalf("%s: restart: %v\n%s", p.name, err, p.log.tail(logTailLines))
+		t.Fatalf("%s: restart: %v", p.name, err)
 	}
 }
 
 // start runs the binary with FAILPOINTS=failpoints (none when empty) and waits
 // until it answers /readyz 200 or exits.
 func (p *proc) start(failpoints string) error {
-	env := []string{"HTTP_ADDR=" + p.addr}
-	for k, v := range p.env {
-		env = append(env, k+"="+v)
-	}
+	env := maps.Clone(p.env)
+	env["HTTP_ADDR"] = p.addr
 	if failpoints != "" {
-		env = append(env, "FAILPOINTS="+failpoints)
+		env["FAILPOINTS"] = failpoints
 	}
-	sort.Strings(env)
-	cmd := exec.Command(p.bin, "serve")
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	// Own process group, so a kill reaches everything it started; and dead with
-	// the test binary if that is killed first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.starts++
-	fmt.Fprintf(p.log, "=== e2e: start #%d of %s on %s, FAILPOINTS=%q\n", p.starts, p.name, p.addr, failpoints)
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
+	life := proctest.Start(p.t, p.bin, env, "serve")
+	p.t.Logf("e2e: start #%d of %s on %s (pid %d), FAILPOINTS=%q", p.starts, p.name, p.addr, life.Pid(), failpoints)
 	p.mu.Lock()
-	p.cmd, p.done, p.state, p.harvested = cmd, done, nil, false
+	p.life, p.harvested = life, false
 	p.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		p.mu.Lock()
-		p.state = cmd.ProcessState
-		p.mu.Unlock()
-		fmt.Fprintf(p.log, "=== e2e: %s exited: %s\n", p.name, cmd.ProcessState)
-		close(done)
-	}()
+	if p.bin == billingBin {
+		// Cleanups run last-in first-out: this one reads the life's counters
+		// before proctest's, registered just before, kills it.
+		p.t.Cleanup(p.harvest)
+	}
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		select {
-		case <-done:
-			return fmt.Errorf("exited before ready: %s", p.exitState())
+		case <-life.Done():
+			return fmt.Errorf("exited before ready: %s", life.Wait(p.t, 0))
 		default:
 		}
 		if resp, err := client.Get(p.url() + "/readyz"); err == nil {
@@ -299,14 +275,20 @@ func (p *proc) start(failpoints string) error {
 	}
 }
 
-func (p *proc) alive() bool {
+// current is the latest start.
+func (p *proc) current() *proctest.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done == nil {
+	return p.life
+}
+
+func (p *proc) alive() bool {
+	life := p.current()
+	if life == nil {
 		return false
 	}
 	select {
-	case <-p.done:
+	case <-life.Done():
 		return false
 	default:
 		return true
@@ -314,39 +296,21 @@ func (p *proc) alive() bool {
 }
 
 func (p *proc) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
-		return 0
+	if life := p.current(); life != nil {
+		return life.Pid()
 	}
-	return p.cmd.Process.Pid
+	return 0
 }
 
-func (p *proc) exitState() *os.ProcessState {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.state
-}
-
-// kill sends SIGKILL to the process group and waits for the exit. count says
-// whether it is one of the scenario's kills (teardown's are not).
-func (p *proc) kill(count bool) {
+// kill sends SIGKILL to the process group and waits for the exit: one of the
+// scenario's kills.
+func (p *proc) kill() {
 	if !p.alive() {
 		return
 	}
 	p.harvest()
-	p.mu.Lock()
-	pid, done := p.cmd.Process.Pid, p.done
-	p.mu.Unlock()
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	select {
-	case <-done:
-	case <-time.After(deathTimeout):
-		p.t.Errorf("%s: still running %s after SIGKILL", p.name, deathTimeout)
-	}
-	if count {
-		tally.add(func(s *counts) { s.kills++ })
-	}
+	p.current().Kill(p.t)
+	tally.add(func(s *counts) { s.kills++ })
 }
 
 // terminate sends SIGTERM and waits, up to stopBound, for the exit. It returns
@@ -355,19 +319,12 @@ func (p *proc) terminate(t *testing.T) (*os.ProcessState, time.Duration) {
 	t.Helper()
 	require.True(t, p.alive(), "%s: SIGTERM to a dead process", p.name)
 	p.harvest()
-	p.mu.Lock()
-	proc, done := p.cmd.Process, p.done
-	p.mu.Unlock()
+	life := p.current()
 	start := time.Now()
-	require.NoError(t, proc.Signal(syscall.SIGTERM))
+	life.Signal(t, syscall.SIGTERM)
 	tally.add(func(s *counts) { s.terms++ })
-	select {
-	case <-done:
-		return p.exitState(), time.Since(start)
-	case <-time.After(stopBound):
-		t.Fatalf("%s: still running %s after SIGTERM", p.name, stopBound)
-		return nil, 0
-	}
+	state := life.Wait(t, stopBound)
+	return state, time.Since(start)
 }
 
 // requireDiedAt waits for the process to die at the failpoint called point: it
@@ -375,18 +332,11 @@ func (p *proc) terminate(t *testing.T) (*os.ProcessState, time.Duration) {
 // failpoint's line.
 func (p *proc) requireDiedAt(t *testing.T, point string) {
 	t.Helper()
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(deathTimeout):
-		t.Fatalf("%s: still running %s after the request that passes %s", p.name, deathTimeout, point)
-	}
-	state := p.exitState()
+	life := p.current()
+	state := life.Wait(t, deathTimeout) // the request that passes point kills it
 	require.Equal(t, "signal: killed", state.String(), "%s died another way", p.name)
 	line := fmt.Sprintf("failpoint %s: exit", point)
-	require.Contains(t, p.log.String(), line, "%s did not die at %s", p.name, point)
+	require.Contains(t, life.Output.String(), line, "%s did not die at %s", p.name, point)
 	tally.add(func(s *counts) { s.kills++ })
 }
 
@@ -456,33 +406,6 @@ func (p *proc) counter(name, label string) (map[string]float64, error) {
 		}
 	}
 	return out, nil
-}
-
-// logBuffer is a process log written by exec's copying goroutines and read by
-// the test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // --- the labeling and billing APIs, as a client sees them ---

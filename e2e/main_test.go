@@ -1,15 +1,13 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/acme/outboxpair/infra/proctest"
 )
 
 // Paths of the binaries TestMain builds once for every scenario.
@@ -24,13 +22,8 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	start := time.Now()
-	dir, err := os.MkdirTemp("", "e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := buildBinaries(dir); err != nil {
+	defer proctest.RemoveBuilds()
+	if err := buildBinaries(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -48,44 +41,13 @@ func run(m *testing.M) int {
 	return code
 }
 
-// buildBinaries builds cmd/labeling and cmd/billing with failpoints into dir.
-func buildBinaries(dir string) error {
-	root, err := moduleRoot()
-	if err != nil {
+// buildBinaries builds cmd/labeling and cmd/billing with failpoints.
+func buildBinaries() (err error) {
+	if labelingBin, err = proctest.Binary("./cmd/labeling", "failpoints"); err != nil {
 		return err
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	labelingBin = filepath.Join(dir, "labeling")
-	billingBin = filepath.Join(dir, "billing")
-	for bin, pkg := range map[string]string{labelingBin: "./cmd/labeling", billingBin: "./cmd/billing"} {
-		cmd := exec.Command(goBin, "build", "-tags", "failpoints", "-o", bin, pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build -tags failpoints %s: %v\n%s", pkg, err, out)
-		}
-	}
-	return nil
-}
-
-// moduleRoot is the nearest directory above the working directory holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	billingBin, err = proctest.Binary("./cmd/billing", "failpoints")
+	return err
 }
 
 // tally sums what every scenario did, for the summary printed at the end.

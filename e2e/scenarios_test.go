@@ -35,7 +35,7 @@ func TestKillUnderLoad(t *testing.T) {
 		<-time.After(pause)
 		l.waitOps(t, 5)
 		t.Logf("kill -9 %s (pid %d)", v.name, v.pid())
-		v.kill(true)
+		v.kill()
 		v.restart(t)
 	}
 	l.waitOps(t, 5)
@@ -266,7 +266,7 @@ func TestSIGTERMReleasesClaims(t *testing.T) {
 		require.LessOrEqual(t, *rows[0].ClaimedUntil, time.Now().UnixMilli(), "the abandoned claim was released: %s", rows[0])
 	}
 
-	c.billing.kill(true) // still asleep in the failpoint
+	c.billing.kill() // still asleep in the failpoint
 	c.billing.restart(t)
 	c.lab().restart(t)
 	s, took := c.requireConverged(t)

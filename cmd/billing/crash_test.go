@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/pgtest"
 )
 
 // TestCrash kills the real process at billing's two failpoints and checks what a
@@ -30,7 +32,7 @@ func TestCrash(t *testing.T) {
 		t.Helper()
 		org, id := uuid.New(), uuid.Must(uuid.NewV7())
 		return &bundle{
-			dbURL: emptyDatabase(t), org: org, id: id,
+			dbURL: pgtest.Empty(t).URL, org: org, id: id,
 			body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New()),
 		}
 	}
@@ -71,13 +73,9 @@ func TestCrash(t *testing.T) {
 		s := startBinary(t, failpointBinary(t), env("DATABASE_URL="+b.dbURL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "FAILPOINTS="+spec))
 		_, err := post(t, s.addr, b.body, b.id)
 		require.Error(t, err, "the process must die before it answers")
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the process did not die at the failpoint")
-		}
-		ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
-		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "want death by SIGKILL, got %v", s.cmd.ProcessState)
+		state := s.Wait(t, 30*time.Second) // the process dies at the failpoint
+		ws, ok := state.Sys().(syscall.WaitStatus)
+		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "want death by SIGKILL, got %v", state)
 	}
 	redeliver := func(t *testing.T, b *bundle) {
 		t.Helper()

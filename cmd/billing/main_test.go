@@ -1,19 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,98 +15,27 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/infra/proctest"
 )
 
-// build is one build of the binary, made once per test run.
-type build struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-var (
-	binDir string
-	plain  = &build{}
-	withFP = &build{}
-)
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "billing-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
 
 // binary builds cmd/billing as the real binary: no race detector, no failpoints.
-func binary(t *testing.T) string { return plain.get(t, "billing") }
+func binary(t *testing.T) string { return proctest.Build(t, "./cmd/billing") }
 
 // failpointBinary builds cmd/billing with -tags failpoints, for crash tests.
-func failpointBinary(t *testing.T) string {
-	return withFP.get(t, "billing-failpoints", "-tags", "failpoints")
-}
+func failpointBinary(t *testing.T) string { return proctest.Build(t, "./cmd/billing", "failpoints") }
 
-func (b *build) get(t *testing.T, name string, flags ...string) string {
-	t.Helper()
-	b.once.Do(func() {
-		b.path = filepath.Join(binDir, name)
-		args := append([]string{"build", "-o", b.path}, flags...)
-		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, b.err)
-	return b.path
-}
-
-// emptyDatabase creates a database with no tables, so that the binary's own
-// migrations are what creates them; it is dropped when t ends.
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	admin := pgtest.ServerURL(t)
-	ctx := context.Background()
-	name := "billing_cmd_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
-	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			t.Logf("drop %s: %v", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	})
-	u, err := url.Parse(admin)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return u.String()
-}
-
-// env is the test process's environment without any billing variable, plus vars.
-func env(vars ...string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		skip := false
-		for _, v := range config.BillingVars {
-			skip = skip || name == v
-		}
-		if !skip {
-			out = append(out, kv)
-		}
+// env is exactly vars, each "NAME=value": no billing variable leaks in from the
+// test's own environment.
+func env(vars ...string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range vars {
+		name, value, _ := strings.Cut(kv, "=")
+		out[name] = value
 	}
-	return append(out, vars...)
+	return out
 }
 
 type result struct {
@@ -122,85 +44,39 @@ type result struct {
 }
 
 // runCmd runs the binary to completion with a deadline.
-func runCmd(t *testing.T, environ []string, args ...string) result {
+func runCmd(t *testing.T, environ map[string]string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
-	cmd.Env = environ
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := cmd.ProcessState.ExitCode()
-	if err != nil && code < 0 {
-		t.Fatalf("run billing %v: %v", args, err)
+	p := proctest.Start(t, binary(t), environ, args...)
+	state := p.Wait(t, time.Minute)
+	if state.ExitCode() < 0 {
+		t.Fatalf("run billing %v: %s", args, state)
 	}
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	return result{code: state.ExitCode(), stdout: p.Stdout.String(), stderr: p.Stderr.String()}
 }
 
 // server is a running `billing serve`.
 type server struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan error
-	stderr *bytes.Buffer
+	*proctest.Process
+	addr string
 }
 
 // startServer starts `billing serve` on a free port and waits for its listen log.
-func startServer(t *testing.T, environ []string) *server {
+func startServer(t *testing.T, environ map[string]string) *server {
 	t.Helper()
 	return startBinary(t, binary(t), environ)
 }
 
-func startBinary(t *testing.T, bin string, environ []string) *server {
+func startBinary(t *testing.T, bin string, environ map[string]string) *server {
 	t.Helper()
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = environ
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	s := &server{cmd: cmd, exited: make(chan error, 1), stderr: &bytes.Buffer{}}
-	cmd.Stderr = s.stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-s.exited
-		}
-	})
-
-	addrs := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var line struct {
-				Msg, Addr string
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "http listening" {
-				addrs <- line.Addr
-			}
-		}
-		s.exited <- cmd.Wait()
-	}()
-	select {
-	case s.addr = <-addrs:
-	case err := <-s.exited:
-		s.exited <- err
-		t.Fatalf("billing exited before listening: %v\nstderr: %s", err, s.stderr)
-	case <-time.After(time.Minute):
-		t.Fatalf("billing did not listen within a minute\nstderr: %s", s.stderr)
-	}
-	return s
+	p := proctest.Start(t, bin, environ, "serve")
+	return &server{Process: p, addr: p.ListenAddr(t)}
 }
 
+// stop sends SIGTERM and returns the exit code, failing t after 30s.
 func (s *server) stop(t *testing.T) int {
 	t.Helper()
-	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("billing did not exit within 30s of SIGTERM")
-	}
-	return s.cmd.ProcessState.ExitCode()
+	s.Signal(t, syscall.SIGTERM)
+	return s.Wait(t, 30*time.Second).ExitCode()
 }
 
 func TestServe(t *testing.T) {
@@ -209,7 +85,7 @@ func TestServe(t *testing.T) {
 	t.Run("migrates, serves, applies an event once and exits 0 on SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		const tok = "cmd-test-token"
-		s := startServer(t, env("DATABASE_URL="+emptyDatabase(t), "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0"))
+		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0"))
 		base := "http://" + s.addr
 		client := &http.Client{Timeout: 10 * time.Second}
 
@@ -250,7 +126,7 @@ func TestServe(t *testing.T) {
 		hc := runCmd(t, env("DATABASE_URL=postgres://x@127.0.0.1:1/x", "EVENTS_TOKEN=x", "HTTP_ADDR="+s.addr), "healthcheck")
 		require.Equal(t, 0, hc.code, hc.stderr)
 
-		require.Equal(t, 0, s.stop(t), s.stderr.String())
+		require.Equal(t, 0, s.stop(t), s.Stderr.String())
 
 		hc = runCmd(t, env("DATABASE_URL=postgres://x@127.0.0.1:1/x", "EVENTS_TOKEN=x", "HTTP_ADDR="+s.addr), "healthcheck")
 		require.Equal(t, 1, hc.code)
@@ -259,7 +135,7 @@ func TestServe(t *testing.T) {
 
 	t.Run("migrate creates billing's tables and exits 0, twice", func(t *testing.T) {
 		t.Parallel()
-		dbURL := emptyDatabase(t)
+		dbURL := pgtest.Empty(t).URL
 		for range 2 {
 			r := runCmd(t, env("DATABASE_URL="+dbURL, "EVENTS_TOKEN=x"), "migrate")
 			require.Equal(t, 0, r.code, r.stderr)

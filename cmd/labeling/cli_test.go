@@ -3,12 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/pgtest"
@@ -77,22 +75,9 @@ func TestUsage(t *testing.T) {
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-	admin := pgtest.ServerURL(t)
 	ctx := context.Background()
-	name := "labeling_migrate_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		conn.Close(context.Background())
-	})
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	u, err := url.Parse(admin)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	dbURL := u.String()
-	vars := map[string]string{"DATABASE_URL": dbURL, "EVENTS_TOKEN": "t"}
+	db := pgtest.Empty(t)
+	vars := map[string]string{"DATABASE_URL": db.URL, "EVENTS_TOKEN": "t"}
 
 	code, stdout, stderr := runCLI(vars, "migrate")
 	require.Equal(t, exitOK, code, stderr)
@@ -101,11 +86,8 @@ func TestMigrate(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.NotContains(t, stdout, "migration applied", "the second run finds nothing to do")
 
-	db, err := pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	defer db.Close(ctx)
 	var tables int
-	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables
 		WHERE table_name IN ('labeling_rules', 'outbox_events')`).Scan(&tables))
 	require.Equal(t, 2, tables)
 }

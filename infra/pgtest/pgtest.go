@@ -1,4 +1,5 @@
-// Package pgtest gives every test its own fresh, migrated PostgreSQL database.
+// Package pgtest gives every test its own fresh PostgreSQL database, migrated
+// (New) or empty (Empty).
 //
 // With TEST_DATABASE_URL set (any database on the server; the role must be allowed
 // to create databases) the databases are created on that server. Without it, one
@@ -61,14 +62,33 @@ func New(t testing.TB, fsys fs.FS) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
 	admin := ServerURL(t)
 	tmpl, err := template(ctx, admin, fsys)
 	if err != nil {
 		t.Fatalf("pgtest: prepare template database: %v", err)
 	}
+	return create(ctx, t, admin, tmpl)
+}
+
+// Empty returns a fresh database with no tables at all, for tests of code that
+// migrates it itself. It is dropped when t ends.
+func Empty(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return create(ctx, t, ServerURL(t), "")
+}
+
+// create makes a database cloned from tmpl (the server's default when empty),
+// opens a pool on it, and drops it when t ends.
+func create(ctx context.Context, t testing.TB, admin, tmpl string) *DB {
+	t.Helper()
 	name := "pgtest_" + randomHex(8)
-	if err := exec(ctx, admin, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
+	sql := "CREATE DATABASE " + ident(name)
+	if tmpl != "" {
+		sql += " TEMPLATE " + ident(tmpl)
+	}
+	if err := exec(ctx, admin, sql); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
 	dbURL := withDatabase(admin, name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/pgtest"
@@ -42,5 +43,29 @@ func TestNew(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.Equal(t, []string{"billing_quota", "billing_receipts"}, tables)
+	})
+}
+
+func TestEmpty(t *testing.T) {
+	t.Parallel()
+
+	t.Run("the database has no tables and is dropped when the test ends", func(t *testing.T) {
+		t.Parallel()
+		var name string
+		t.Run("use", func(t *testing.T) {
+			db := pgtest.Empty(t)
+			name = db.Name
+			var n int
+			require.NoError(t, db.Pool.QueryRow(context.Background(),
+				`SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&n))
+			require.Zero(t, n)
+		})
+		conn, err := pgx.Connect(context.Background(), pgtest.ServerURL(t))
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		var exists bool
+		require.NoError(t, conn.QueryRow(context.Background(),
+			`SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists))
+		require.False(t, exists)
 	})
 }
