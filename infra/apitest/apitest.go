@@ -75,6 +75,24 @@ func Do(t testing.TB, h http.Handler, req *http.Request) *httptest.ResponseRecor
 	return rec
 }
 
+// Handler wraps h so that every exchange a live server (httptest.NewServer) has
+// with a real client is checked as Do checks it. Use it where the client under
+// test is not the test itself, such as the relay delivering to billing.
+func Handler(t testing.TB, h http.Handler) http.Handler {
+	t.Helper()
+	if _, err := load(); err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := Do(t, h, r)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})
+}
+
 // spec is the loaded document with its router.
 type spec struct {
 	doc    *openapi3.T

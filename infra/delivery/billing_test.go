@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/apitest"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/pgtest"
@@ -35,7 +36,7 @@ func TestAgainstBilling(t *testing.T) {
 		require.NoError(t, err)
 		e := web.New(logger, db.Pool)
 		h.Register(e)
-		srv := httptest.NewServer(e)
+		srv := httptest.NewServer(apitest.Handler(t, e))
 		t.Cleanup(srv.Close)
 		return svc, srv.URL
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/apitest"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/pgtest"
@@ -45,12 +46,14 @@ func setupPair(t *testing.T) pair {
 	require.NoError(t, err)
 	e := web.New(logger, p.bil.Pool)
 	h.Register(e)
+	// Every delivery the relay makes is checked against the OpenAPI spec.
+	checked := apitest.Handler(t, e)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p.down.Load() {
 			http.Error(w, `{"error":{"code":"unavailable","message":"down"}}`, http.StatusServiceUnavailable)
 			return
 		}
-		e.ServeHTTP(w, r)
+		checked.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 
