@@ -20,7 +20,9 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -83,7 +85,9 @@ func Empty(t testing.TB) *DB {
 // opens a pool on it, and drops it when t ends.
 func create(ctx context.Context, t testing.TB, admin, tmpl string) *DB {
 	t.Helper()
-	name := "pgtest_" + randomHex(8)
+	sweepOnce.Do(func() { sweep(ctx, admin) })
+	// The creation time in the name lets a later run drop what a killed run left.
+	name := fmt.Sprintf("pgtest_%d_%s", time.Now().Unix(), randomHex(6))
 	sql := "CREATE DATABASE " + ident(name)
 	if tmpl != "" {
 		sql += " TEMPLATE " + ident(tmpl)
@@ -105,6 +109,43 @@ func create(ctx context.Context, t testing.TB, admin, tmpl string) *DB {
 		}
 	})
 	return &DB{Name: name, URL: dbURL, Pool: pool}
+}
+
+var sweepOnce sync.Once
+
+// staleAfter is the age past which a test database is a leftover: no test run
+// lives this long (the test command's -timeout is shorter).
+const staleAfter = time.Hour
+
+var testDBName = regexp.MustCompile(`^pgtest_([0-9]+)_[0-9a-f]+$`)
+
+// sweep drops the test databases of runs that were killed before their cleanup,
+// once per test binary. Templates (pgtest_tmpl_*) are kept: they are named by
+// content and shared across runs. Failures are ignored: sweeping is hygiene.
+func sweep(ctx context.Context, admin string) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'pgtest\_%'`)
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	cutoff := time.Now().Add(-staleAfter).Unix()
+	for _, name := range names {
+		m := testDBName.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		if created, err := strconv.ParseInt(m[1], 10, 64); err == nil && created < cutoff {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		}
+	}
 }
 
 // ServerURL returns a URL of the test server's maintenance database, starting a
