@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,23 +24,38 @@ import (
 	"github.com/acme/outboxpair/migrations"
 )
 
+// billingServer runs billing's real handler on a fresh database behind a test
+// server whose every exchange is checked against the OpenAPI spec. While down is
+// true it answers 503 to everything, as a billing with its database gone would.
+func billingServer(t *testing.T, down *atomic.Bool) (*billing.Service, *pgtest.DB, string) {
+	t.Helper()
+	db := pgtest.New(t, migrations.Billing)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc := billing.NewService(db.Pool, logger)
+	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
+	require.NoError(t, err)
+	e := web.New(logger, db.Pool)
+	h.Register(e)
+	checked := apitest.Handler(t, e)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, `{"error":{"code":"unavailable","message":"down"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		checked.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return svc, db, srv.URL
+}
+
 // TestAgainstBilling sends through the client to billing's real handler on a real
 // database, so the two halves cannot drift apart on the wire.
 func TestAgainstBilling(t *testing.T) {
 	t.Parallel()
 
 	setupBilling := func(t *testing.T) (*billing.Service, string) {
-		t.Helper()
-		db := pgtest.New(t, migrations.Billing)
-		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-		svc := billing.NewService(db.Pool, logger)
-		h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
-		require.NoError(t, err)
-		e := web.New(logger, db.Pool)
-		h.Register(e)
-		srv := httptest.NewServer(apitest.Handler(t, e))
-		t.Cleanup(srv.Close)
-		return svc, srv.URL
+		svc, _, url := billingServer(t, new(atomic.Bool))
+		return svc, url
 	}
 	msg := func(tag string, org uuid.UUID, payload string) outbox.Message {
 		if payload == "" {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,12 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/billing"
-	"github.com/acme/outboxpair/infra/apitest"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/pgtest"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -35,29 +30,11 @@ type pair struct {
 func setupPair(t *testing.T) pair {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := pair{
-		lab:  pgtest.New(t, migrations.Labeling),
-		bil:  pgtest.New(t, migrations.Billing),
-		down: new(atomic.Bool),
-	}
+	p := pair{lab: pgtest.New(t, migrations.Labeling), down: new(atomic.Bool)}
+	_, bil, url := billingServer(t, p.down)
+	p.bil = bil
 
-	svc := billing.NewService(p.bil.Pool, logger)
-	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
-	require.NoError(t, err)
-	e := web.New(logger, p.bil.Pool)
-	h.Register(e)
-	// Every delivery the relay makes is checked against the OpenAPI spec.
-	checked := apitest.Handler(t, e)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.down.Load() {
-			http.Error(w, `{"error":{"code":"unavailable","message":"down"}}`, http.StatusServiceUnavailable)
-			return
-		}
-		checked.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-
-	client := newClient(t, delivery.Config{BaseURL: srv.URL, Token: token, Timeout: 2 * time.Second, MaxIdleConns: 4})
+	client := newClient(t, delivery.Config{BaseURL: url, Token: token, Timeout: 2 * time.Second, MaxIdleConns: 4})
 	relay, err := outbox.NewRelay(p.lab.Pool, outbox.Config{
 		PollInterval:       20 * time.Millisecond,
 		ClaimSize:          4,
