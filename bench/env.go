@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// schema names a set of tables a benchmark database starts with.
+type schema string
+
+const (
+	schemaLabeling schema = "labeling" // the project's labeling migrations
+	schemaBilling  schema = "billing"  // the project's billing migrations
+	schemaRiver    schema = "river"    // River's migrations
+	schemaEmpty    schema = "empty"    // nothing: the binaries migrate it themselves
+)
+
+// env owns every database the run creates on the server of admin, so that they
+// are all dropped at the end, on an error and on Ctrl-C alike.
+type env struct {
+	adminURL string
+	admin    *pgxpool.Pool
+	prefix   string
+
+	mu        sync.Mutex
+	n         int
+	created   []string
+	templates map[schema]string
+}
+
+func newEnv(ctx context.Context, adminURL string) (*env, error) {
+	if err := loopbackOnly(adminURL); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", redact(adminURL), err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect %s: %w", redact(adminURL), err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &env{
+		adminURL:  adminURL,
+		admin:     pool,
+		prefix:    fmt.Sprintf("bench_%d_%s", time.Now().Unix(), hex.EncodeToString(b[:])),
+		templates: map[schema]string{},
+	}, nil
+}
+
+// loopbackOnly refuses a database that is not on this machine: the benchmark
+// creates and drops databases and must never do it on a shared server.
+func loopbackOnly(raw string) error {
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		return fmt.Errorf("-db: %w", err)
+	}
+	switch h := cfg.Host; {
+	case h == "localhost", strings.HasPrefix(h, "127."), h == "::1", strings.HasPrefix(h, "/"):
+		return nil
+	default:
+		return fmt.Errorf("-db: host %q is not a loopback address", h)
+	}
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(database url)"
+	}
+	return u.Redacted()
+}
+
+// urlFor is the admin URL pointed at database name.
+func (e *env) urlFor(name string) string {
+	u, err := url.Parse(e.adminURL)
+	if err != nil {
+		panic(err) // parsed in newEnv
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// create makes a fresh database with schema s, cloned from a template migrated
+// once per run, and returns its URL.
+func (e *env) create(ctx context.Context, s schema) (string, error) {
+	tmpl := ""
+	if s != schemaEmpty {
+		var err error
+		if tmpl, err = e.template(ctx, s); err != nil {
+			return "", err
+		}
+	}
+	e.mu.Lock()
+	e.n++
+	name := fmt.Sprintf("%s_%d_%s", e.prefix, e.n, s)
+	e.created = append(e.created, name)
+	e.mu.Unlock()
+	stmt := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if tmpl != "" {
+		stmt += " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
+	}
+	if _, err := e.admin.Exec(ctx, stmt); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return e.urlFor(name), nil
+}
+
+func (e *env) template(ctx context.Context, s schema) (string, error) {
+	e.mu.Lock()
+	name, ok := e.templates[s]
+	e.mu.Unlock()
+	if ok {
+		return name, nil
+	}
+	name = fmt.Sprintf("%s_tmpl_%s", e.prefix, s)
+	e.mu.Lock()
+	e.created = append(e.created, name)
+	e.mu.Unlock()
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create template %s: %w", name, err)
+	}
+	var err error
+	switch s {
+	case schemaLabeling:
+		err = migrateProject(ctx, e.urlFor(name), migrations.Labeling)
+	case schemaBilling:
+		err = migrateProject(ctx, e.urlFor(name), migrations.Billing)
+	case schemaRiver:
+		err = migrateRiver(ctx, e.urlFor(name))
+	}
+	if err != nil {
+		return "", fmt.Errorf("migrate template %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.templates[s] = name
+	e.mu.Unlock()
+	return name, nil
+}
+
+func migrateProject(ctx context.Context, dbURL string, fsys fs.FS) error {
+	return postgres.MigrateURL(ctx, dbURL, fsys, nil)
+}
+
+func migrateRiver(ctx context.Context, dbURL string) error {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
+}
+
+// open returns a pool on dbURL with pgx's defaults (what the services use).
+func open(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	return postgres.Open(ctx, dbURL)
+}
+
+// drop drops one database the run created, closing any session still on it.
+func (e *env) drop(ctx context.Context, dbURL string) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	e.dropName(ctx, name)
+	e.mu.Lock()
+	for i, n := range e.created {
+		if n == name {
+			e.created = append(e.created[:i], e.created[i+1:]...)
+			break
+		}
+	}
+	e.mu.Unlock()
+}
+
+func (e *env) dropName(ctx context.Context, name string) {
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: drop database %s: %v\n", name, err)
+	}
+}
+
+// close drops every database the run created. It uses a context of its own so
+// that it also runs after Ctrl-C.
+func (e *env) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e.mu.Lock()
+	names := append([]string(nil), e.created...)
+	e.created = nil
+	e.mu.Unlock()
+	for i := len(names) - 1; i >= 0; i-- { // clones before their templates
+		e.dropName(ctx, names[i])
+	}
+	e.admin.Close()
+}
+
+// machine describes where the figures were taken.
+type machine struct {
+	CPU, Cores, Postgres string
+	Settings             [][2]string
+}
+
+func (e *env) machine(ctx context.Context) machine {
+	m := machine{CPU: cpuModel(), Cores: fmt.Sprint(runtime.NumCPU())}
+	_ = e.admin.QueryRow(ctx, `SHOW server_version`).Scan(&m.Postgres)
+	for _, s := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections",
+		"wal_level", "checkpoint_timeout", "max_wal_size", "autovacuum", "work_mem"} {
+		var v string
+		if err := e.admin.QueryRow(ctx, "SELECT current_setting($1)", s).Scan(&v); err == nil {
+			m.Settings = append(m.Settings, [2]string{s, v})
+		}
+	}
+	return m
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}

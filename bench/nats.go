@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// streamName is the stream the contract (section 7) fixes for labeling's events.
+const streamName = "LABELING_EVENTS"
+
+// natsRows runs the NATS rows against a JetStream server: one given by URL, or
+// ("start") a private nats-server on a free loopback port with a temporary store,
+// so that deleting the stream never touches anybody else's.
+type natsRows struct {
+	url    string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	server *exec.Cmd
+}
+
+func openNATS(ctx context.Context, flag, tmp string) (*natsRows, error) {
+	n := &natsRows{url: flag}
+	if flag == "start" {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		bin, err := exec.LookPath("nats-server")
+		if err != nil {
+			bin = "/usr/sbin/nats-server"
+		}
+		host, port, _ := strings.Cut(addr, ":")
+		dir := filepath.Join(tmp, "jetstream")
+		n.server = exec.Command(bin, "-a", host, "-p", port, "-js", "-sd", dir)
+		logf, err := os.Create(filepath.Join(tmp, "nats-server.log"))
+		if err != nil {
+			return nil, err
+		}
+		n.server.Stdout, n.server.Stderr = logf, logf
+		if err := n.server.Start(); err != nil {
+			return nil, fmt.Errorf("-nats start: %s: %w", bin, err)
+		}
+		n.url = "nats://" + addr
+	} else if err := loopbackURL(flag); err != nil {
+		return nil, err
+	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n.nc, err = nats.Connect(n.url, nats.Timeout(2*time.Second))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("-nats: connect %s: %w", n.url, err)
+	}
+	if n.js, err = jetstream.New(n.nc); err != nil {
+		n.close()
+		return nil, err
+	}
+	if _, err := n.js.AccountInfo(ctx); err != nil {
+		n.close()
+		return nil, fmt.Errorf("-nats: %s has no JetStream: %w", n.url, err)
+	}
+	return n, nil
+}
+
+func loopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("-nats: %w", err)
+	}
+	if h := u.Hostname(); h != "localhost" && !strings.HasPrefix(h, "127.") && h != "::1" {
+		return fmt.Errorf("-nats: host %q is not a loopback address", h)
+	}
+	return nil
+}
+
+func (n *natsRows) close() {
+	if n == nil {
+		return
+	}
+	if n.nc != nil {
+		n.nc.Close()
+	}
+	if n.server != nil && n.server.Process != nil {
+		_ = n.server.Process.Kill()
+		_ = n.server.Wait()
+	}
+}
+
+// deleteStream removes LABELING_EVENTS (and so billing's consumer) before a run.
+func (n *natsRows) deleteStream(ctx context.Context) error {
+	err := n.js.DeleteStream(ctx, streamName)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete stream %s: %w", streamName, err)
+	}
+	return nil
+}
+
+// transport is the NATS transport as the contract names its variables.
+func (n *natsRows) transport() transport {
+	return transport{
+		name: "nats",
+		lab:  []string{"EVENTS_TRANSPORT=nats", "NATS_URL=" + n.url},
+		bil:  []string{"NATS_URL=" + n.url},
+	}
+}
+
+// probe tells whether the built binaries support the NATS transport: labeling
+// started with EVENTS_TRANSPORT=nats must create the stream (contract section 7)
+// and stay up. It returns the reason when they do not.
+func (b *bench) probeNATS(ctx context.Context) (string, error) {
+	labURL, bilURL, err := b.newDBs(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer b.env.drop(context.WithoutCancel(ctx), labURL)
+	defer b.env.drop(context.WithoutCancel(ctx), bilURL)
+	if err := b.nats.deleteStream(ctx); err != nil {
+		return "", err
+	}
+	p, err := b.startPair(ctx, labURL, bilURL, b.nats.transport())
+	if err != nil {
+		return fmt.Sprintf("the binaries did not start with EVENTS_TRANSPORT=nats: %v", err), nil
+	}
+	defer p.stop()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if _, err := b.nats.js.Stream(ctx, streamName); err == nil {
+			return "", nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Sprintf("labeling started with EVENTS_TRANSPORT=nats NATS_URL=%s but created no stream %s within 5s: these binaries do not support the NATS transport", b.nats.url, streamName), nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// The scripts run the project's transactions with pgbench's own client, the
+// floor any Go program on this machine competes with. Each line is one
+// statement, run with -M prepared (parameters, as pgx sends them).
+
+// consumerScript is billing's consumer transaction (billing/store.go): the
+// receipt insert and the quota upsert, in one transaction. Every receipt is new,
+// as in a drain.
+const consumerScript = `\set org random(0, 99)
+BEGIN;
+INSERT INTO billing_receipts (event_id, created_at) VALUES (gen_random_uuid(), (extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING RETURNING event_id;
+INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES (md5('org' || :org)::uuid, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT (org_id) DO UPDATE SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules, updated_at = EXCLUDED.updated_at;
+END;
+`
+
+// producerScript is labeling's activation (labeling/store.go SetActive, then
+// outbox.Append's INSERT), in one transaction. Client c toggles its own 1,000
+// rules in turn (variable i counts its transactions, -D i=0), so every UPDATE
+// changes its row and is followed by an append, as in the Go producer.
+const producerScript = `\set r :client_id * 1000 + :i % 1000
+\set a 1 - (:i / 1000) % 2
+BEGIN;
+UPDATE labeling_rules SET active = :a::int::boolean, updated_at = GREATEST(updated_at, (extract(epoch from clock_timestamp()) * 1000)::bigint) WHERE org_id = md5('org' || (:r % 100))::uuid AND id = md5('rule' || :r)::uuid AND active <> :a::int::boolean RETURNING org_id, id, name, pattern, label, active, created_at, updated_at;
+INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts) VALUES (gen_random_uuid(), CASE WHEN :a = 1 THEN 'RuleActivated' ELSE 'RuleDeactivated' END, jsonb_build_object('orgId', md5('org' || (:r % 100))::uuid, 'ruleId', md5('rule' || :r)::uuid), (extract(epoch from clock_timestamp()) * 1000)::bigint, (extract(epoch from clock_timestamp()) * 1000)::bigint, 0);
+END;
+\set i :i + 1
+`
+
+var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbench runs script on dbURL with clients clients for d and returns its tps
+// (without connection time).
+func (b *bench) pgbench(ctx context.Context, dbURL, script string, clients int, d time.Duration) (float64, error) {
+	f := filepath.Join(b.tmp, fmt.Sprintf("script-%d.sql", time.Now().UnixNano()))
+	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
+		return 0, err
+	}
+	defer os.Remove(f)
+	secs := max(1, int(d.Round(time.Second).Seconds()))
+	// -T bounds the run; the context's timeout is a backstop.
+	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.pgbenchPath, "-n", "-M", "prepared", "-f", f,
+		"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
+		"-T", strconv.Itoa(secs), "-D", "i=0", dbURL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	m := tpsRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no tps in its output:\n%s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/labeling"
+)
+
+// orgs is how many organisations the generated events spread over: enough that
+// the quota upsert is not one hot row, few enough that rows are shared.
+const orgs = 100
+
+// relayConfig is the relay at the contract's defaults, with the fields named in
+// -relay-set applied on top (by reflection, so that a field added later, e.g. by
+// a relay rewrite, can be set without changing this program).
+func relayConfig(set string) (outbox.Config, error) {
+	cfg := outbox.Config{
+		PollInterval:       time.Second,
+		ClaimSize:          10,
+		HandlerTimeout:     30 * time.Second,
+		Lease:              5 * time.Minute,
+		MaxAttempts:        10,
+		RetryBase:          5 * time.Second,
+		RetryMax:           15 * time.Minute,
+		ProcessedRetention: 168 * time.Hour,
+	}
+	if set == "" {
+		return cfg, nil
+	}
+	v := reflect.ValueOf(&cfg).Elem()
+	for _, kv := range strings.Split(set, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return cfg, fmt.Errorf("-relay-set: %q is not Field=value", kv)
+		}
+		f := v.FieldByName(name)
+		if !f.IsValid() || !f.CanSet() {
+			return cfg, fmt.Errorf("-relay-set: outbox.Config has no field %s", name)
+		}
+		if err := setField(f, val); err != nil {
+			return cfg, fmt.Errorf("-relay-set: %s: %w", name, err)
+		}
+	}
+	return cfg, nil
+}
+
+func setField(f reflect.Value, val string) error {
+	if f.Type() == reflect.TypeFor[time.Duration]() {
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(d))
+		return nil
+	}
+	switch f.Kind() {
+	case reflect.Bool:
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return err
+		}
+		f.SetBool(b)
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return err
+		}
+		f.SetInt(n)
+	case reflect.String:
+		f.SetString(val)
+	default:
+		return fmt.Errorf("unsupported kind %s", f.Kind())
+	}
+	return nil
+}
+
+// preloadOutbox inserts n pending RuleActivated rows into outbox_events, oldest
+// first, as Append would write them (payload {"orgId","ruleId"}), in one
+// statement per 50k rows.
+func preloadOutbox(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	now := time.Now().UnixMilli()
+	for start := 0; start < n; start += 50000 {
+		end := min(n, start+50000) - 1
+		_, err := pool.Exec(ctx, `
+			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+			SELECT gen_random_uuid(), 'RuleActivated',
+				jsonb_build_object('orgId', md5('org' || (i % $3))::uuid, 'ruleId', gen_random_uuid()),
+				$1::bigint - $4::bigint + i, $1::bigint - $4::bigint + i, 0
+			FROM generate_series($2::int, $5::int) AS i`, now, start, orgs, n, end)
+		if err != nil {
+			return fmt.Errorf("preload outbox: %w", err)
+		}
+	}
+	return nil
+}
+
+func analyze(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{table}.Sanitize())
+	return err
+}
+
+// waitCount polls query (a count) every 20ms until it returns want or less, ctx
+// ends, or limit passes. It returns when it saw that.
+func waitCount(ctx context.Context, pool *pgxpool.Pool, query string, want int64, limit time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		var n int64
+		if err := pool.QueryRow(ctx, query).Scan(&n); err != nil {
+			return time.Time{}, err
+		}
+		if n <= want {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("still %d after %s (want %d): gave up", n, limit, want)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+const pendingSQL = `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL`
+
+// projectDrain measures rows/s of one in-process relay (pgx pool at its
+// defaults) draining a backlog of n rows with subs.
+func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, subs func(context.Context) ([]outbox.Subscriber, func(), error)) (float64, error) {
+	dbURL, err := b.env.create(ctx, schemaLabeling)
+	if err != nil {
+		return 0, err
+	}
+	defer b.env.drop(context.WithoutCancel(ctx), dbURL)
+	pool, err := open(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	if err := preloadOutbox(ctx, pool, n); err != nil {
+		return 0, err
+	}
+	if analyzed {
+		if err := analyze(ctx, pool, "outbox_events"); err != nil {
+			return 0, err
+		}
+	}
+	s, cleanup, err := subs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	relay, err := outbox.NewRelay(pool, b.relayCfg, s, quiet())
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := relay.Start(ctx); err != nil {
+		return 0, err
+	}
+	end, err := waitCount(ctx, pool, pendingSQL, 0, b.opt.drainLimit)
+	stopErr := stopRelay(relay)
+	if err != nil {
+		return 0, fmt.Errorf("project drain of %d: %w", n, err)
+	}
+	if stopErr != nil {
+		return 0, stopErr
+	}
+	return float64(n) / end.Sub(start).Seconds(), nil
+}
+
+func stopRelay(r *outbox.Relay) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return r.Stop(ctx)
+}
+
+func noopSubs(context.Context) ([]outbox.Subscriber, func(), error) {
+	noop := func(context.Context, outbox.Message) error { return nil }
+	return []outbox.Subscriber{{Tag: labeling.TagRuleActivated, Handle: noop}, {Tag: labeling.TagRuleDeactivated, Handle: noop}}, func() {}, nil
+}
+
+// consumerSubs returns subscribers that apply each event with billing's own
+// Apply (receipt and quota change in one transaction) on a fresh billing
+// database, in process.
+func (b *bench) consumerSubs(billingURL string) func(context.Context) ([]outbox.Subscriber, func(), error) {
+	return func(ctx context.Context) ([]outbox.Subscriber, func(), error) {
+		pool, err := open(ctx, billingURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		return applySubs(billing.NewService(pool, quiet())), pool.Close, nil
+	}
+}
+
+func applySubs(svc *billing.Service) []outbox.Subscriber {
+	apply := func(typ string) func(context.Context, outbox.Message, labeling.RuleActivated) error {
+		return func(ctx context.Context, m outbox.Message, e labeling.RuleActivated) error {
+			_, err := svc.Apply(ctx, billing.Event{ID: m.ID, Type: typ, OccurredAt: m.CreatedAt, OrgID: e.OrgID, RuleID: e.RuleID})
+			return err
+		}
+	}
+	deact := apply(billing.RuleDeactivated)
+	return []outbox.Subscriber{
+		outbox.Subscribe(apply(billing.RuleActivated)),
+		outbox.Subscribe(func(ctx context.Context, m outbox.Message, e labeling.RuleDeactivated) error {
+			return deact(ctx, m, labeling.RuleActivated(e))
+		}),
+	}
+}
+
+// projectConsumerDrain is the relay applying a backlog of n events to billing
+// in process.
+func (b *bench) projectConsumerDrain(ctx context.Context, n int) (float64, error) {
+	billingURL, err := b.env.create(ctx, schemaBilling)
+	if err != nil {
+		return 0, err
+	}
+	defer b.env.drop(context.WithoutCancel(ctx), billingURL)
+	return b.projectDrain(ctx, n, false, b.consumerSubs(billingURL))
+}
+
+// claimCost measures RunOnce (claim, no-op dispatch, settle) on a table holding
+// settled rows: first without vacuum (every settled row left a dead tuple and a
+// stale entry in the pending index, autovacuum off), then after VACUUM. It adds
+// the median and first batch times in ms and the per-row time in µs.
+func (b *bench) claimCost(ctx context.Context) error {
+	dbURL, err := b.env.create(ctx, schemaLabeling)
+	if err != nil {
+		return err
+	}
+	defer b.env.drop(context.WithoutCancel(ctx), dbURL)
+	pool, err := open(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `ALTER TABLE outbox_events SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)`); err != nil {
+		return err
+	}
+	logf("claim cost: preparing %d settled rows (insert, then settle in place)", b.opt.settled)
+	if err := preloadOutbox(ctx, pool, b.opt.settled); err != nil {
+		return err
+	}
+	// Settled the way the relay settles: an UPDATE of each pending row, so the
+	// old versions stay behind until a vacuum.
+	if _, err := pool.Exec(ctx, `UPDATE outbox_events SET processed_at = created_at, attempts = 1`); err != nil {
+		return err
+	}
+	s, _, _ := noopSubs(ctx)
+	cfg := b.relayCfg
+	relay, err := outbox.NewRelay(pool, cfg, s, quiet())
+	if err != nil {
+		return err
+	}
+	defer stopRelay(relay) //nolint:errcheck
+	for _, vacuumed := range []bool{false, true} {
+		if vacuumed {
+			if _, err := pool.Exec(ctx, `VACUUM outbox_events`); err != nil {
+				return err
+			}
+		}
+		rows := b.opt.claimBatches * cfg.ClaimSize
+		if err := preloadOutboxAfter(ctx, pool, rows); err != nil {
+			return err
+		}
+		var times []float64
+		claimed := 0
+		for i := 0; i < b.opt.claimBatches*2 && claimed < rows; i++ {
+			t := time.Now()
+			n, err := relay.RunOnce(ctx)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				break
+			}
+			claimed += n
+			times = append(times, float64(time.Since(t).Microseconds())/1000)
+		}
+		if len(times) == 0 {
+			return errors.New("claim cost: RunOnce claimed nothing")
+		}
+		tag := "notvacuumed"
+		if vacuumed {
+			tag = "vacuumed"
+		}
+		med := median(times)
+		b.res.add("claim/"+tag+"/batch", med)
+		b.res.add("claim/"+tag+"/first", times[0])
+		b.res.add("claim/"+tag+"/row", med*1000/float64(cfg.ClaimSize))
+		slices.Sort(times)
+		logf("claim cost (%s): %d batches, median %.2f ms, max %.2f ms", tag, len(times), med, times[len(times)-1])
+	}
+	return nil
+}
+
+// preloadOutboxAfter inserts n pending rows newer than every row in the table.
+func preloadOutboxAfter(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	_, err := pool.Exec(ctx, `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+		SELECT gen_random_uuid(), 'RuleActivated',
+			jsonb_build_object('orgId', md5('org' || (i % $2))::uuid, 'ruleId', gen_random_uuid()),
+			m + i, m + i, 0
+		FROM generate_series(1, $1::int) AS i,
+			(SELECT greatest(max(created_at), $3) AS m FROM outbox_events) AS t`, n, orgs, time.Now().UnixMilli()-int64(n)-1)
+	return err
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// relayHandle is a relay whose Nudge is called only if the relay has one, so
+// this program builds against any version of the relay that keeps NewRelay.
+type relayHandle struct{ *outbox.Relay }
+
+func newRelay(pool *pgxpool.Pool, cfg outbox.Config, subs []outbox.Subscriber) (relayHandle, error) {
+	r, err := outbox.NewRelay(pool, cfg, subs, quiet())
+	return relayHandle{r}, err
+}
+
+func (r relayHandle) nudge() {
+	if n, ok := any(r.Relay).(interface{ Nudge() }); ok {
+		n.Nudge()
+	}
+}
