@@ -95,6 +95,8 @@ func formatValue(v float64) string {
 	switch a := math.Abs(v); {
 	case math.IsNaN(v):
 		return "-"
+	case v == math.Trunc(v):
+		return fmt.Sprintf("%.0f", v)
 	case a >= 1000:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 100:
@@ -125,7 +127,7 @@ func writeTable(w io.Writer, res *results, rows []row) {
 		if r.Ref != "" {
 			ref, nr = res.median(r.Ref)
 		}
-		if np == 0 && nr == 0 {
+		if np == 0 {
 			continue
 		}
 		fig := r.Figure

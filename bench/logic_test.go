@@ -1,0 +1,211 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		in   []float64
+		want float64
+	}{
+		{"odd count is the middle value", []float64{5, 1, 3}, 3},
+		{"even count is the mean of the middle two", []float64{4, 1, 3, 2}, 2.5},
+		{"one value is itself", []float64{7}, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := median(tc.in); got != tc.want {
+				t.Fatalf("median(%v) = %v, want %v", tc.in, got, tc.want)
+			}
+		})
+	}
+	t.Run("no values is NaN", func(t *testing.T) {
+		t.Parallel()
+		if got := median(nil); !math.IsNaN(got) {
+			t.Fatalf("median(nil) = %v, want NaN", got)
+		}
+	})
+	t.Run("the input is not reordered", func(t *testing.T) {
+		t.Parallel()
+		in := []float64{3, 1, 2}
+		median(in)
+		if in[0] != 3 || in[1] != 1 || in[2] != 2 {
+			t.Fatalf("median sorted its input: %v", in)
+		}
+	})
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ms := func(n ...int) []time.Duration {
+		var d []time.Duration
+		for _, v := range n {
+			d = append(d, time.Duration(v)*time.Millisecond)
+		}
+		return d
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	for _, tc := range []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"p50 of 1..100 is 50 (nearest rank)", ms(hundred...), 50, 50 * time.Millisecond},
+		{"p99 of 1..100 is 99", ms(hundred...), 99, 99 * time.Millisecond},
+		{"p100 is the maximum", ms(hundred...), 100, 100 * time.Millisecond},
+		{"p99 of a few values is the largest", ms(1, 2, 3), 99, 3 * time.Millisecond},
+		{"p50 of two values is the lower", ms(1, 2), 50, 1 * time.Millisecond},
+		{"a tiny p is the minimum", ms(4, 5, 6), 0.001, 4 * time.Millisecond},
+		{"no values is 0", nil, 50, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := percentile(tc.sorted, tc.p); got != tc.want {
+				t.Fatalf("percentile(p%v) = %v, want %v", tc.p, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRatio(t *testing.T) {
+	t.Parallel()
+	if got := ratio(3, 2); got != 1.5 {
+		t.Fatalf("ratio(3, 2) = %v", got)
+	}
+	for _, c := range [][2]float64{{1, 0}, {math.NaN(), 1}, {1, math.NaN()}} {
+		if got := ratio(c[0], c[1]); !math.IsNaN(got) {
+			t.Fatalf("ratio(%v, %v) = %v, want NaN", c[0], c[1], got)
+		}
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[float64]string{
+		12345.6: "12346", 123.45: "123.5", 1.234: "1.23", 0.01234: "0.012", 0: "0", 2278: "2278", math.NaN(): "-",
+	} {
+		if got := formatValue(in); got != want {
+			t.Errorf("formatValue(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	t.Parallel()
+	res := newResults()
+	for _, v := range []float64{100, 300, 200} {
+		res.add("p", v)
+	}
+	res.add("ref", 400)
+	var b strings.Builder
+	writeTable(&b, res, []row{
+		{Figure: "drain", Unit: "rows/s", Project: "p", RefName: "river", Ref: "ref"},
+		{Figure: "no project figure", Unit: "rows/s", Project: "absent", RefName: "river", Ref: "ref"},
+		{Figure: "no reference figure", Unit: "rows/s", Project: "p", RefName: "nats", Ref: "absent"},
+	})
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header, a separator and 2 rows (the row without a project figure left out), got:\n%s", b.String())
+	}
+	cells := func(line string) []string {
+		var out []string
+		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
+			out = append(out, strings.TrimSpace(c))
+		}
+		return out
+	}
+	if got, want := strings.Join(cells(lines[2]), ","), "drain,rows/s,200,river,400,0.50,3/1"; got != want {
+		t.Fatalf("row = %s, want %s", got, want)
+	}
+	if got, want := strings.Join(cells(lines[3]), ","), "no reference figure,rows/s,200,nats,-,-,3/0"; got != want {
+		t.Fatalf("row = %s, want %s", got, want)
+	}
+	for i, l := range lines {
+		if len([]rune(l)) != len([]rune(lines[0])) {
+			t.Fatalf("line %d is not padded to the header's width:\n%s", i, b.String())
+		}
+	}
+}
+
+func TestRelayConfig(t *testing.T) {
+	t.Parallel()
+	t.Run("defaults are the contract's", func(t *testing.T) {
+		t.Parallel()
+		c, err := relayConfig("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.ClaimSize != 10 || c.PollInterval != time.Second || c.Lease != 5*time.Minute || c.MaxAttempts != 10 {
+			t.Fatalf("unexpected defaults: %+v", c)
+		}
+	})
+	t.Run("fields are set by name", func(t *testing.T) {
+		t.Parallel()
+		c, err := relayConfig("ClaimSize=50, PollInterval=250ms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.ClaimSize != 50 || c.PollInterval != 250*time.Millisecond {
+			t.Fatalf("not applied: %+v", c)
+		}
+	})
+	t.Run("an unknown field is an error naming it", func(t *testing.T) {
+		t.Parallel()
+		_, err := relayConfig("NoSuchField=1")
+		if err == nil || !strings.Contains(err.Error(), "NoSuchField") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("a bad value is an error", func(t *testing.T) {
+		t.Parallel()
+		if _, err := relayConfig("ClaimSize=ten"); err == nil {
+			t.Fatal("no error")
+		}
+	})
+}
+
+func TestToggle(t *testing.T) {
+	t.Parallel()
+	// Every activation of a run changes its rule: the k-th touch of a rule
+	// alternates activate, deactivate, starting from inactive.
+	state := map[int]bool{}
+	for k := range 3 * latencyRules {
+		r, active := toggle(k)
+		if state[r] == active {
+			t.Fatalf("k=%d: rule %d already %v", k, r, active)
+		}
+		state[r] = active
+	}
+}
+
+func TestMD5UUIDMatchesSQL(t *testing.T) {
+	t.Parallel()
+	// md5('org' || 0)::uuid in PostgreSQL is the hex digest read as a UUID.
+	if got, want := orgID(0).String(), "c039c6aa-6df7-0353-d7f9-99e97eb6a0a2"; got != want {
+		t.Fatalf("orgID(0) = %s, want %s", got, want)
+	}
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for url, ok := range map[string]bool{
+		"postgres://postgres@127.0.0.1:5432/postgres": true,
+		"postgres://postgres@localhost/postgres":      true,
+		"postgres://postgres@db.example.com/postgres": false,
+		"postgres://postgres@10.0.0.5/postgres":       false,
+	} {
+		if err := loopbackOnly(url); (err == nil) != ok {
+			t.Errorf("loopbackOnly(%s) = %v", url, err)
+		}
+	}
+}
