@@ -242,6 +242,7 @@ func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, err
 		return 0, err
 	}
 	defer p.stop()
+	left := int64(n)
 	var end time.Time
 	deadline := start.Add(b.opt.drainLimit)
 	for {
@@ -249,12 +250,12 @@ func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, err
 		if err := bil.QueryRow(ctx, receiptsSQL).Scan(&got); err != nil {
 			return 0, err
 		}
-		if got >= int64(n) {
-			end = time.Now()
-			break
+		left, end = int64(n)-got, time.Now()
+		if left <= 0 {
+			return b.drainRate(t.name+" drain", n, start, end, 0, nil)
 		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s drain: %d of %d receipts after %s: gave up", t.name, got, n, b.opt.drainLimit)
+		if end.After(deadline) {
+			return b.drainRate(t.name+" drain", n, start, end, left, errLimit)
 		}
 		select {
 		case <-ctx.Done():
@@ -262,7 +263,6 @@ func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, err
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return float64(n) / end.Sub(start).Seconds(), nil
 }
 
 // httpLatency offers activations over labeling's HTTP API at rate for the

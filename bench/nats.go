@@ -98,6 +98,7 @@ func (n *natsRows) close() {
 	if n.server != nil && n.server.Process != nil {
 		_ = n.server.Process.Kill()
 		_ = n.server.Wait()
+		n.server = nil
 	}
 }
 

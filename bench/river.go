@@ -149,15 +149,13 @@ func (b *bench) riverDrain(ctx context.Context, v riverVariant, n int, analyzed,
 	if err := client.Start(ctx); err != nil {
 		return 0, err
 	}
-	end, err := waitCount(ctx, pool, riverPendingSQL, 0, b.opt.drainLimit)
+	end, left, err := waitCount(ctx, pool, riverPendingSQL, b.opt.drainLimit)
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	stopErr := client.Stop(stopCtx)
-	if err != nil {
-		return 0, fmt.Errorf("river drain of %d: %w", n, err)
-	}
-	if stopErr != nil {
+	rate, err := b.drainRate(fmt.Sprintf("%s drain of %d", v.name, n), n, start, end, left, err)
+	if err == nil && stopErr != nil {
 		return 0, stopErr
 	}
-	return float64(n) / end.Sub(start).Seconds(), nil
+	return rate, err
 }

@@ -91,6 +91,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		if reason != "" {
 			b.res.note("NATS rows skipped: %s", reason)
 			logf("NATS rows skipped: %s", reason)
+			b.nats.close()
 		} else {
 			b.natsOK = true
 		}
