@@ -335,4 +335,3 @@ func (t transport) reset(ctx context.Context, b *bench) error {
 	}
 	return b.nats.deleteStream(ctx)
 }
-

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-		"time"
+	"time"
 	"unicode/utf8"
 )
 
