@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -246,93 +245,6 @@ func (b *bench) projectConsumerDrain(ctx context.Context, n int) (float64, error
 	}
 	defer b.env.drop(context.WithoutCancel(ctx), billingURL)
 	return b.projectDrain(ctx, n, false, b.consumerSubs(billingURL))
-}
-
-// claimCost measures RunOnce (claim, no-op dispatch, settle) on a table holding
-// settled rows: first without vacuum (every settled row left a dead tuple and a
-// stale entry in the pending index, autovacuum off), then after VACUUM. It adds
-// the median and first batch times in ms and the per-row time in µs.
-func (b *bench) claimCost(ctx context.Context) error {
-	dbURL, err := b.env.create(ctx, schemaLabeling)
-	if err != nil {
-		return err
-	}
-	defer b.env.drop(context.WithoutCancel(ctx), dbURL)
-	pool, err := open(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `ALTER TABLE outbox_events SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)`); err != nil {
-		return err
-	}
-	logf("claim cost: preparing %d settled rows (insert, then settle in place)", b.opt.settled)
-	if err := preloadOutbox(ctx, pool, b.opt.settled); err != nil {
-		return err
-	}
-	// Settled the way the relay settles: an UPDATE of each pending row, so the
-	// old versions stay behind until a vacuum.
-	if _, err := pool.Exec(ctx, `UPDATE outbox_events SET processed_at = created_at, attempts = 1`); err != nil {
-		return err
-	}
-	s, _, _ := noopSubs(ctx)
-	cfg := b.relayCfg
-	relay, err := outbox.NewRelay(pool, cfg, s, quiet())
-	if err != nil {
-		return err
-	}
-	defer stopRelay(relay) //nolint:errcheck
-	for _, vacuumed := range []bool{false, true} {
-		if vacuumed {
-			if _, err := pool.Exec(ctx, `VACUUM outbox_events`); err != nil {
-				return err
-			}
-		}
-		rows := b.opt.claimBatches * cfg.ClaimSize
-		if err := preloadOutboxAfter(ctx, pool, rows); err != nil {
-			return err
-		}
-		var times []float64
-		claimed := 0
-		for i := 0; i < b.opt.claimBatches*2 && claimed < rows; i++ {
-			t := time.Now()
-			n, err := relay.RunOnce(ctx)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				break
-			}
-			claimed += n
-			times = append(times, float64(time.Since(t).Microseconds())/1000)
-		}
-		if len(times) == 0 {
-			return errors.New("claim cost: RunOnce claimed nothing")
-		}
-		tag := "notvacuumed"
-		if vacuumed {
-			tag = "vacuumed"
-		}
-		med := median(times)
-		b.res.add("claim/"+tag+"/batch", med)
-		b.res.add("claim/"+tag+"/first", times[0])
-		b.res.add("claim/"+tag+"/row", med*1000/float64(cfg.ClaimSize))
-		slices.Sort(times)
-		logf("claim cost (%s): %d batches, median %.2f ms, max %.2f ms", tag, len(times), med, times[len(times)-1])
-	}
-	return nil
-}
-
-// preloadOutboxAfter inserts n pending rows newer than every row in the table.
-func preloadOutboxAfter(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	_, err := pool.Exec(ctx, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
-		SELECT gen_random_uuid(), 'RuleActivated',
-			jsonb_build_object('orgId', md5('org' || (i % $2))::uuid, 'ruleId', gen_random_uuid()),
-			m + i, m + i, 0
-		FROM generate_series(1, $1::int) AS i,
-			(SELECT greatest(max(created_at), $3) AS m FROM outbox_events) AS t`, n, orgs, time.Now().UnixMilli()-int64(n)-1)
-	return err
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
