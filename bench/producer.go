@@ -17,6 +17,9 @@ import (
 	"github.com/acme/outboxpair/labeling"
 )
 
+// maxProducerTx bounds each producer's transactions besides its duration.
+const maxProducerTx = 10_000_000
+
 // rulesPerClient is how many rules each producer (Go or pgbench client) toggles.
 const rulesPerClient = 1000
 
@@ -94,7 +97,7 @@ func (b *bench) goProducers(ctx context.Context, dbURL string, p int, d time.Dur
 	start := time.Now()
 	for c := range p {
 		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; ctx.Err() == nil && i < maxProducerTx; i++ {
 				changed, err := activate(ctx, pool, c*rulesPerClient+i%rulesPerClient, (i/rulesPerClient)%2 == 0)
 				if err != nil {
 					if ctx.Err() == nil {
