@@ -302,7 +302,7 @@ func (b *bench) httpLatency(ctx context.Context, rate int, t transport) (latency
 		Transport: &http.Transport{MaxIdleConnsPerHost: latencySenders, MaxConnsPerHost: latencySenders},
 	}
 	base := "http://" + p.labeling.addr
-	return measureLatency(ctx, labURL, bilURL, b.opt.latencyGrace, func() (int64, error) {
+	return measureLatency(ctx, labURL, bilURL, b.opt.latencyGrace, func() (offered, error) {
 		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
 			r, active := toggle(k)
 			verb := "deactivate"

@@ -55,36 +55,54 @@ type latency struct {
 	backlog       int64 // committed but not yet applied when the offered load ended
 	missing       int   // still not applied after the grace period
 	committed     int
-	late          int64 // sends the generator could not start on time (all senders busy)
+	gen           offered
+}
+
+// offered is what the generator did: sends skipped because every sender was
+// busy (the producer side did not keep up), sends that failed, the first failure.
+type offered struct {
+	late, failed int64
+	firstErr     string
 }
 
 // offer calls send at rate per second for d (open loop: a fixed schedule,
 // served by up to senders goroutines). A send that cannot start within 100ms
 // of its slot is skipped and counted late, so the generator never builds a
-// backlog of its own. It stops by itself after d.
-func offer(ctx context.Context, rate int, d time.Duration, senders int, send func(ctx context.Context, k int) error) (late int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, d+10*time.Second)
+// backlog of its own; a failed send is counted and the load goes on. It stops
+// by itself after d (slots not started by then are counted late); only the
+// caller's ctx ending is an error.
+func offer(ctx context.Context, rate int, d time.Duration, senders int, send func(ctx context.Context, k int) error) (offered, error) {
+	sendCtx, cancel := context.WithTimeout(ctx, d+10*time.Second)
 	defer cancel()
 	total := int(float64(rate) * d.Seconds())
 	slots := make(chan int, senders)
 	var (
-		wg       sync.WaitGroup
-		firstErr atomic.Value
-		lateN    atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		out     offered
+		lateN   atomic.Int64
+		failedN atomic.Int64
 	)
 	for range senders {
 		wg.Go(func() {
 			for k := range slots {
-				if err := send(ctx, k); err != nil && ctx.Err() == nil {
-					firstErr.CompareAndSwap(nil, err)
+				if err := send(sendCtx, k); err != nil {
+					failedN.Add(1)
+					mu.Lock()
+					if out.firstErr == "" {
+						out.firstErr = err.Error()
+					}
+					mu.Unlock()
 				}
 			}
 		})
 	}
 	start := time.Now()
+	stopAt := start.Add(d + time.Second)
 	interval := time.Second / time.Duration(rate)
+	k := 0
 loop:
-	for k := range total {
+	for ; k < total; k++ {
 		at := start.Add(time.Duration(k) * interval)
 		if w := time.Until(at); w > 0 {
 			select {
@@ -93,7 +111,7 @@ loop:
 				break loop
 			}
 		}
-		if firstErr.Load() != nil {
+		if time.Now().After(stopAt) {
 			break
 		}
 		select {
@@ -104,18 +122,17 @@ loop:
 			break loop
 		}
 	}
+	lateN.Add(int64(total - k))
 	close(slots)
 	wg.Wait()
-	if e, ok := firstErr.Load().(error); ok {
-		return lateN.Load(), e
-	}
-	return lateN.Load(), ctx.Err()
+	out.late, out.failed = lateN.Load(), failedN.Load()
+	return out, ctx.Err()
 }
 
 // measureLatency runs the offered load (run returns when it ends), then reads
 // the stamps: the backlog at once, then again after waiting up to grace for the
 // consumer to catch up.
-func measureLatency(ctx context.Context, producerURL, consumerURL string, grace time.Duration, run func() (int64, error)) (latency, error) {
+func measureLatency(ctx context.Context, producerURL, consumerURL string, grace time.Duration, run func() (offered, error)) (latency, error) {
 	prod, err := pgxpool.New(ctx, producerURL)
 	if err != nil {
 		return latency{}, err
@@ -126,7 +143,7 @@ func measureLatency(ctx context.Context, producerURL, consumerURL string, grace 
 		return latency{}, err
 	}
 	defer cons.Close()
-	late, err := run()
+	gen, err := run()
 	if err != nil {
 		return latency{}, err
 	}
@@ -143,7 +160,7 @@ func measureLatency(ctx context.Context, producerURL, consumerURL string, grace 
 	if err != nil {
 		return latency{}, err
 	}
-	out := latency{backlog: committed - applied, late: late}
+	out := latency{backlog: committed - applied, gen: gen}
 	deadline := time.Now().Add(grace)
 	for applied < committed && time.Now().Before(deadline) {
 		select {
@@ -212,11 +229,14 @@ func (b *bench) addLatency(system string, rate int, l latency) {
 		b.res.note("%s at %d/s: %d of %d events not applied %s after the load ended (left out of the percentiles)",
 			system, rate, l.missing, l.committed, b.opt.latencyGrace)
 	}
-	if l.late > 0 {
-		b.res.note("%s at %d/s: the generator skipped %d sends (all senders busy): the producer side did not keep up", system, rate, l.late)
+	if l.gen.late > 0 {
+		b.res.note("%s at %d/s: the generator skipped %d sends (all %d senders busy): the producer side did not keep up", system, rate, l.gen.late, latencySenders)
 	}
-	logf("latency %s @%d/s: p50 %s p99 %s max %s, backlog at end %d, committed %d, missing %d, skipped %d",
-		system, rate, l.p50, l.p99, l.max, l.backlog, l.committed, l.missing, l.late)
+	if l.gen.failed > 0 {
+		b.res.note("%s at %d/s: %d sends failed (first: %s)", system, rate, l.gen.failed, l.gen.firstErr)
+	}
+	logf("latency %s @%d/s: p50 %s p99 %s max %s, backlog at end %d, committed %d, missing %d, skipped %d, failed %d",
+		system, rate, l.p50, l.p99, l.max, l.backlog, l.committed, l.missing, l.gen.late, l.gen.failed)
 }
 
 // latencySenders is the generator's concurrency: enough for 3,000/s at a few
@@ -274,7 +294,7 @@ func (b *bench) projectLatency(ctx context.Context, rate int) (latency, error) {
 		return latency{}, err
 	}
 	defer prodPool.Close()
-	return measureLatency(ctx, labURL, bilURL, b.opt.latencyGrace, func() (int64, error) {
+	return measureLatency(ctx, labURL, bilURL, b.opt.latencyGrace, func() (offered, error) {
 		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
 			r, active := toggle(k)
 			if _, err := activate(ctx, prodPool, r, active); err != nil {
@@ -348,7 +368,7 @@ func (b *bench) riverLatency(ctx context.Context, v riverVariant, rate int) (lat
 		return latency{}, err
 	}
 	defer prodPool.Close()
-	return measureLatency(ctx, rivURL, bilURL, b.opt.latencyGrace, func() (int64, error) {
+	return measureLatency(ctx, rivURL, bilURL, b.opt.latencyGrace, func() (offered, error) {
 		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
 			tx, err := prodPool.Begin(ctx)
 			if err != nil {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -208,4 +211,59 @@ func TestLoopbackOnly(t *testing.T) {
 			t.Errorf("loopbackOnly(%s) = %v", url, err)
 		}
 	}
+}
+
+func TestOffer(t *testing.T) {
+	t.Parallel()
+	t.Run("every slot is sent once, and it stops by itself", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		seen := map[int]int{}
+		gen, err := offer(context.Background(), 1000, 200*time.Millisecond, 4, func(_ context.Context, k int) error {
+			mu.Lock()
+			seen[k]++
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seen) != 200 || gen.late != 0 || gen.failed != 0 {
+			t.Fatalf("sent %d distinct slots, late %d, failed %d; want 200, 0, 0", len(seen), gen.late, gen.failed)
+		}
+		for k, n := range seen {
+			if n != 1 {
+				t.Fatalf("slot %d sent %d times", k, n)
+			}
+		}
+	})
+	t.Run("failed sends are counted and the load goes on", func(t *testing.T) {
+		t.Parallel()
+		gen, err := offer(context.Background(), 1000, 50*time.Millisecond, 2, func(context.Context, int) error {
+			return errors.New("boom")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gen.failed != 50 || gen.firstErr != "boom" {
+			t.Fatalf("failed %d (first %q), want 50 (boom)", gen.failed, gen.firstErr)
+		}
+	})
+	t.Run("sends that cannot start on time are skipped, not queued", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		gen, err := offer(context.Background(), 100, 500*time.Millisecond, 1, func(ctx context.Context, _ int) error {
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gen.late == 0 {
+			t.Fatal("no send counted late with one sender far slower than the rate")
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("offer ran %s for a 500ms load", took)
+		}
+	})
 }
