@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,7 +32,20 @@ type Labeling struct {
 	RetryMax           time.Duration
 	ProcessedRetention time.Duration
 	CleanupInterval    time.Duration
+
+	// EventsTransport is TransportHTTP (the relay POSTs to BillingURL) or
+	// TransportNATS (it publishes to JetStream at NATSURL).
+	EventsTransport     string
+	NATSURL             string
+	NATSReplicas        int
+	NATSDuplicateWindow time.Duration
 }
+
+// Values of EVENTS_TRANSPORT.
+const (
+	TransportHTTP = "http"
+	TransportNATS = "nats"
+)
 
 // Billing is the configuration of the billing service.
 type Billing struct {
@@ -40,6 +54,11 @@ type Billing struct {
 	EventsToken       string
 	ReceiptsRetention time.Duration
 	CleanupInterval   time.Duration
+
+	// NATSURL, when set, makes billing also consume the stream LABELING_EVENTS;
+	// an unacked delivery is redelivered after NATSAckWait.
+	NATSURL     string
+	NATSAckWait time.Duration
 }
 
 // LabelingVars and BillingVars name every variable each service reads.
@@ -49,9 +68,11 @@ var (
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
 		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
+		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
+		"NATS_URL", "NATS_ACK_WAIT",
 	}
 	// Required names the variables that have no default.
 	Required = []string{"DATABASE_URL", "EVENTS_TOKEN"}
@@ -74,6 +95,21 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute),
 		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour),
 		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour),
+
+		EventsTransport:     r.oneOf("EVENTS_TRANSPORT", TransportHTTP, TransportHTTP, TransportNATS),
+		NATSURL:             r.natsURL("NATS_URL"),
+		NATSReplicas:        r.positiveInt("NATS_REPLICAS", 1),
+		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", DefaultDuplicateWindow),
+	}
+	if r.err == nil && c.EventsTransport == TransportNATS && c.NATSURL == "" {
+		r.fail("NATS_URL", "required with EVENTS_TRANSPORT=nats")
+	}
+	if r.err == nil && c.NATSReplicas > 5 {
+		r.fail("NATS_REPLICAS", "%d is more than JetStream's 5", c.NATSReplicas)
+	}
+	if r.err == nil && c.NATSDuplicateWindow > c.ProcessedRetention {
+		r.fail("NATS_DUPLICATE_WINDOW", "%s is longer than OUTBOX_PROCESSED_RETENTION (%s), which is how long the stream keeps messages",
+			c.NATSDuplicateWindow, c.ProcessedRetention)
 	}
 	if r.err == nil && c.RetryMax < c.RetryBase {
 		r.fail("OUTBOX_RETRY_MAX", "%s is less than OUTBOX_RETRY_BASE (%s)", c.RetryMax, c.RetryBase)
@@ -94,9 +130,17 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		EventsToken:       r.required("EVENTS_TOKEN"),
 		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour),
 		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour),
+		NATSURL:           r.natsURL("NATS_URL"),
+		NATSAckWait:       r.duration("NATS_ACK_WAIT", 30*time.Second),
 	}
 	return c, r.err
 }
+
+// DefaultDuplicateWindow is NATS_DUPLICATE_WINDOW's default: longer than the
+// lease (5m) plus the longest retry delay (15m) plus a handler timeout (30s) of
+// the relay's defaults, the longest a row can wait before it is published again
+// after a publish whose ack was lost or whose settle never happened.
+const DefaultDuplicateWindow = 30 * time.Minute
 
 // reader keeps the first error, so a caller reads every field and checks once.
 type reader struct {
@@ -142,6 +186,35 @@ func (r *reader) httpURL(name, def string) string {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail(name, "%q is not an http(s) URL", v)
+	}
+	return v
+}
+
+func (r *reader) oneOf(name, def string, allowed ...string) string {
+	v := r.str(name, def)
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	r.fail(name, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	return def
+}
+
+// natsURL reads a NATS server list: one URL or several separated by commas,
+// each nats://, tls://, ws:// or wss:// with a host.
+func (r *reader) natsURL(name string) string {
+	v := r.str(name, "")
+	if v == "" {
+		return v
+	}
+	for _, part := range strings.Split(v, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
+			// The URL may carry credentials: name the variable only.
+			r.fail(name, "not a list of nats:// (or tls://, ws://, wss://) URLs separated by commas")
+			return ""
+		}
 	}
 	return v
 }
