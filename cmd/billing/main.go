@@ -4,6 +4,7 @@
 //	billing [serve]      migrate, then serve until SIGINT/SIGTERM
 //	billing migrate      apply pending migrations and exit
 //	billing healthcheck  exit 0 when the server on HTTP_ADDR is ready
+//	billing nats failed  print the JetStream messages billing terminated
 package main
 
 import (
@@ -24,8 +25,8 @@ import (
 	"github.com/acme/outboxpair/migrations"
 )
 
-const usage = `usage: billing [serve | migrate | healthcheck]
-configuration (environment): ` + "DATABASE_URL, EVENTS_TOKEN (required); HTTP_ADDR, RECEIPTS_RETENTION, CLEANUP_INTERVAL\n"
+const usage = `usage: billing [serve | migrate | healthcheck | nats failed]
+configuration (environment): ` + "DATABASE_URL, EVENTS_TOKEN (required); HTTP_ADDR, RECEIPTS_RETENTION, CLEANUP_INTERVAL, NATS_URL, NATS_ACK_WAIT\n"
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -34,11 +35,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		cmd = args[0]
 	}
+	if len(args) == 2 && args[0] == "nats" && args[1] == "failed" {
+		cmd, args = "nats failed", args[:1]
+	}
 	switch {
 	case cmd == "help" || cmd == "-h" || cmd == "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case len(args) > 1, cmd != "serve" && cmd != "migrate" && cmd != "healthcheck":
+	case len(args) > 1, cmd != "serve" && cmd != "migrate" && cmd != "healthcheck" && cmd != "nats failed":
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
@@ -50,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "healthcheck":
 		err = service.Healthcheck(cfg.HTTPAddr)
+	case "nats failed":
+		err = natsFailed(cfg, stdout)
 	case "migrate":
 		err = postgres.MigrateURL(context.Background(), cfg.DatabaseURL, migrations.Billing, service.Logger("billing"))
 	default:
@@ -76,5 +82,6 @@ func serve(cfg config.Billing) error {
 		web.Module,
 		retention.Module,
 		billing.Module,
+		natsConsumer(cfg),
 	)
 }

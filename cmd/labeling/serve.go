@@ -11,6 +11,7 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
+	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -36,24 +37,55 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
 		),
-		fx.Provide(
-			func() (*delivery.Client, error) {
-				return delivery.New(delivery.Config{
-					BaseURL:      cfg.BillingURL,
-					Token:        cfg.EventsToken,
-					Timeout:      cfg.HandlerTimeout,
-					MaxIdleConns: cfg.ClaimSize,
-				}, logger)
-			},
-			subscribers,
-			func(p *pgxpool.Pool) web.Pinger { return p },
-		),
+		transport(cfg, logger),
+		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,
 		outbox.Module,
 		retention.Module,
 		labeling.Module,
 	)
+}
+
+// transport provides the relay's subscribers for EVENTS_TRANSPORT: HTTP posts to
+// BILLING_URL (the default), nats publishes to JetStream (infra/stream).
+func transport(cfg config.Labeling, logger *slog.Logger) fx.Option {
+	if cfg.EventsTransport == config.TransportNATS {
+		return fx.Options(
+			fx.Provide(
+				func() (*stream.Publisher, error) {
+					return stream.NewPublisher(stream.PublisherConfig{
+						URL:             cfg.NATSURL,
+						Replicas:        cfg.NATSReplicas,
+						DuplicateWindow: cfg.NATSDuplicateWindow,
+						MaxAge:          cfg.ProcessedRetention,
+					}, logger)
+				},
+				natsSubscribers,
+			),
+			stream.Module,
+		)
+	}
+	return fx.Provide(
+		func() (*delivery.Client, error) {
+			return delivery.New(delivery.Config{
+				BaseURL:      cfg.BillingURL,
+				Token:        cfg.EventsToken,
+				Timeout:      cfg.HandlerTimeout,
+				MaxIdleConns: cfg.ClaimSize,
+			}, logger)
+		},
+		subscribers,
+	)
+}
+
+// natsSubscribers is subscribers for the NATS transport: the same tags, each
+// published to labeling.events.<tag>. Consumers subscribe to the stream, not here.
+func natsSubscribers(p *stream.Publisher) []outbox.Subscriber {
+	return []outbox.Subscriber{
+		stream.Subscriber[labeling.RuleActivated](p),
+		stream.Subscriber[labeling.RuleDeactivated](p),
+	}
 }
 
 // subscribers is what the relay dispatches each tag to. Every tag labeling

@@ -33,6 +33,12 @@ func (e *terminal) Unwrap() error { return e.err }
 // Terminate marks err as one no redelivery can fix: the consumer terms the message.
 func Terminate(err error) error { return &terminal{err: err} }
 
+// IsTerminal reports whether err was marked with Terminate.
+func IsTerminal(err error) bool {
+	var t *terminal
+	return errors.As(err, &t)
+}
+
 // ConsumerConfig is one durable pull consumer of the stream.
 type ConsumerConfig struct {
 	URL     string        // NATS_URL
@@ -203,7 +209,6 @@ func (c *Consumer) process(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AckWait)
 	err := c.safeHandle(ctx, m)
 	cancel()
-	var term *terminal
 	switch {
 	case err == nil:
 		if aerr := msg.Ack(); aerr != nil {
@@ -211,7 +216,7 @@ func (c *Consumer) process(msg jetstream.Msg) {
 			c.logger.Warn("nats ack failed", "seq", m.Sequence, "msg_id", m.MsgID, "err", aerr.Error())
 		}
 		consumed.WithLabelValues(c.cfg.Durable, ConsumeAcked).Inc()
-	case errors.As(err, &term):
+	case IsTerminal(err):
 		c.logger.Error("nats message terminated", "seq", m.Sequence, "msg_id", m.MsgID, "subject", m.Subject, "err", err.Error())
 		_ = msg.Term()
 		consumed.WithLabelValues(c.cfg.Durable, ConsumeTerminated).Inc()
