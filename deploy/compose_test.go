@@ -53,12 +53,29 @@ type bundle struct {
 	databases  []string // created by the postgres init script
 }
 
+// composeVariants are the ways to run the pair: docker-compose.yml alone (HTTP,
+// the default) and with the override that switches it to NATS JetStream.
+var composeVariants = map[string][]string{
+	"http": {"docker-compose.yml"},
+	"nats": {"docker-compose.yml", "docker-compose.nats.yml"},
+}
+
 // setup loads docker-compose.yml as `docker compose` would, with env as the only
 // environment (no shell variables, no .env), and parses the files it points at.
 func setup(t *testing.T, env ...string) bundle {
 	t.Helper()
+	return setupFiles(t, composeVariants["http"], env...)
+}
+
+// setupFiles is setup for the compose files given, in `-f` order.
+func setupFiles(t *testing.T, files []string, env ...string) bundle {
+	t.Helper()
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(root, f)
+	}
 	opts, err := cli.NewProjectOptions(
-		[]string{filepath.Join(root, "docker-compose.yml")},
+		paths,
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv(env),
 	)
@@ -91,7 +108,7 @@ func (b bundle) apps(t *testing.T) map[string]types.ServiceConfig {
 				continue
 			}
 		}
-		require.Equal(t, "postgres", name, "service %s runs none of our binaries", name)
+		require.Contains(t, []string{"postgres", "nats"}, name, "service %s runs none of our binaries", name)
 	}
 	require.Len(t, apps, len(binaries), "docker-compose.yml must run each binary once")
 	return apps
@@ -109,10 +126,55 @@ func env(svc types.ServiceConfig) map[string]string {
 
 func TestCompose(t *testing.T) {
 	t.Parallel()
+	for variant, files := range composeVariants {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			composeChecks(t, variant, files)
+		})
+	}
+
+	t.Run("http: the default delivers over HTTP and runs no NATS", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		apps := b.apps(t)
+		require.NotContains(t, b.project.Services, "nats")
+		require.Equal(t, "http", env(apps["labeling"])["EVENTS_TRANSPORT"])
+		require.Empty(t, env(apps["labeling"])["NATS_URL"])
+		require.Empty(t, env(apps["billing"])["NATS_URL"], "billing consumes no stream")
+	})
+
+	t.Run("nats: the override runs JetStream on a volume and points both services at it", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, composeVariants["nats"])
+		apps := b.apps(t)
+		ns, ok := b.project.Services["nats"]
+		require.True(t, ok, "the override adds the nats service")
+		require.Contains(t, []string(ns.Command), "-js", "JetStream must be enabled")
+		sd := slices.Index([]string(ns.Command), "-sd")
+		require.Positive(t, sd, "the store directory must be set")
+		store := ns.Command[sd+1]
+		onVolume := slices.ContainsFunc(ns.Volumes, func(v types.ServiceVolumeConfig) bool {
+			return v.Target == store && v.Type == types.VolumeTypeVolume && b.project.Volumes[v.Source].Name != ""
+		})
+		require.True(t, onVolume, "the JetStream store %s must be a named volume", store)
+
+		lab, bill := env(apps["labeling"]), env(apps["billing"])
+		require.Equal(t, "nats", lab["EVENTS_TRANSPORT"])
+		require.Equal(t, lab["NATS_URL"], bill["NATS_URL"], "both sides use the same server")
+		u, err := url.Parse(lab["NATS_URL"])
+		require.NoError(t, err)
+		require.Equal(t, "nats", u.Scheme)
+		require.Equal(t, ns.Name, u.Hostname(), "NATS_URL names the nats service")
+		require.Equal(t, "4222", u.Port(), "the server's default client port")
+	})
+}
+
+// composeChecks are the checks every compose variant must pass.
+func composeChecks(t *testing.T, variant string, files []string) {
 
 	t.Run("every variable set is one the service reads, and every one it reads is set", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			vars := binaries[bin].vars
 			for name := range svc.Environment {
@@ -126,7 +188,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("the required variables are set and not empty", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for _, svc := range b.apps(t) {
 			e := env(svc)
 			for _, name := range config.Required {
@@ -137,7 +199,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("each service's environment loads without error", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			e := env(svc)
 			err := binaries[bin].load(func(name string) (string, bool) { v, ok := e[name]; return v, ok })
@@ -147,14 +209,14 @@ func TestCompose(t *testing.T) {
 
 	t.Run("EVENTS_TOKEN is the same on both sides", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		apps := b.apps(t)
 		require.Equal(t, env(apps["labeling"])["EVENTS_TOKEN"], env(apps["billing"])["EVENTS_TOKEN"])
 	})
 
 	t.Run("EVENTS_TOKEN from the shell reaches both sides", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "EVENTS_TOKEN=from-the-shell")
+		b := setupFiles(t, files, "EVENTS_TOKEN=from-the-shell")
 		for _, svc := range b.apps(t) {
 			require.Equal(t, "from-the-shell", env(svc)["EVENTS_TOKEN"], svc.Name)
 		}
@@ -162,7 +224,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("BILLING_URL names the billing service and its port", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		apps := b.apps(t)
 		u, err := url.Parse(env(apps["labeling"])["BILLING_URL"])
 		require.NoError(t, err)
@@ -172,7 +234,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("each service publishes the port it listens on", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for _, svc := range b.apps(t) {
 			port := listenPort(t, svc)
 			published := slices.ContainsFunc(svc.Ports, func(p types.ServicePortConfig) bool {
@@ -184,7 +246,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("each DATABASE_URL is its own database created by the init script", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		seen := map[string]string{}
 		for _, svc := range b.apps(t) {
 			u, err := url.Parse(env(svc)["DATABASE_URL"])
@@ -199,7 +261,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("every service has a health check", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for name, svc := range b.project.Services {
 			require.NotNil(t, svc.HealthCheck, "%s has no healthcheck", name)
 			require.False(t, svc.HealthCheck.Disable, "%s disables its healthcheck", name)
@@ -209,20 +271,24 @@ func TestCompose(t *testing.T) {
 
 	t.Run("every dependency waits for health", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for name, svc := range b.project.Services {
 			for dep, d := range svc.DependsOn {
 				require.Equal(t, types.ServiceConditionHealthy, d.Condition, "%s depends on %s", name, dep)
 			}
 		}
 		apps := b.apps(t)
-		require.ElementsMatch(t, []string{"postgres"}, keys(apps["billing"].DependsOn))
-		require.ElementsMatch(t, []string{"postgres", apps["billing"].Name}, keys(apps["labeling"].DependsOn))
+		deps := []string{"postgres"}
+		if variant == "nats" {
+			deps = append(deps, "nats")
+		}
+		require.ElementsMatch(t, deps, keys(apps["billing"].DependsOn))
+		require.ElementsMatch(t, append(deps, apps["billing"].Name), keys(apps["labeling"].DependsOn))
 	})
 
 	t.Run("postgres keeps its data in a named volume and creates the databases on first start", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		pg, ok := b.project.Services["postgres"]
 		require.True(t, ok)
 		var data, initScript bool
@@ -245,7 +311,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("the app health checks and commands run binaries the Dockerfile builds", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			require.Equal(t, types.ShellCommand{bin, "serve"}, svc.Command, svc.Name)
 			require.Equal(t, types.HealthCheckTest{"CMD", "/usr/local/bin/" + bin, "healthcheck"}, svc.HealthCheck.Test,
