@@ -3,14 +3,16 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestNATSDown kills the JetStream server (SIGKILL) under load, keeps it down
-// for three seconds, and restarts it on the same port and store: both services
+// TestNATSDown freezes the JetStream server (SIGSTOP) under load for a second,
+// kills it (SIGKILL), keeps it down for three seconds, and restarts it on the
+// same port and store: both services
 // stay up and ready (readiness reflects the database only), labeling keeps
 // answering, its rows wait in the outbox and are retried, none is dead-lettered
 // within the attempt budget, and every event is applied once.
@@ -29,8 +31,14 @@ func TestNATSDown(t *testing.T) {
 	l.waitOps(t, 10)
 	waitFor(t, convergeTimeout, func() bool { return c.receiptCount(t) > 0 }, "billing applies events from the stream")
 
+	// First the server hangs (SIGSTOP): what clients write then sits in socket
+	// buffers and is never stored, so a publisher that settled a row without the
+	// broker's ack would lose it. Then it dies holding those bytes.
 	node := c.nats[0]
-	t.Logf("kill -9 %s (pid %d) for 3s", node.name, node.life.Pid())
+	frozen := c.receiptCount(t)
+	node.signal(syscall.SIGSTOP)
+	<-time.After(time.Second)
+	t.Logf("kill -9 %s (pid %d) after 1s frozen, for 3s", node.name, node.life.Pid())
 	node.kill()
 	down := time.Now()
 	l.waitOps(t, 20) // labeling answers its clients without the broker
@@ -46,7 +54,8 @@ func TestNATSDown(t *testing.T) {
 	}
 	require.Positive(t, pending, "rows wait in the outbox while the broker is down")
 	node.start()
-	t.Logf("%s restarted after %s with %d rows waiting", node.name, time.Since(down).Round(time.Millisecond), pending)
+	t.Logf("%s restarted after %s with %d rows waiting (%d events applied before the freeze)", node.name,
+		time.Since(down).Round(time.Millisecond), pending, frozen)
 
 	l.waitOps(t, 10)
 	l.finish(t)
