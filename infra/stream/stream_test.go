@@ -259,7 +259,11 @@ func TestConsumer(t *testing.T) {
 		s := natsServer(t, "", "")
 		r := &recorder{}
 		consumer(t, s.ClientURL(), "billing", r)
-		time.Sleep(300 * time.Millisecond) // the consumer starts before the stream exists
+		eventually(t, func() bool {
+			info, err := s.Jsz(nil)
+			require.NoError(t, err)
+			return info.API.Errors > 0 && info.Streams == 0
+		}, "the consumer tried to create itself before the stream exists, and failed")
 		p := publisher(t, s.ClientURL())
 		m := message("RuleActivated")
 		publishUntil(t, p, m)
