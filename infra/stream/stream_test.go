@@ -209,12 +209,17 @@ func TestPublisher(t *testing.T) {
 type recorder struct {
 	mu     sync.Mutex
 	seen   []stream.Message
+	at     map[string][]time.Time // when each msg id was delivered
 	answer func(m stream.Message) error
 }
 
 func (r *recorder) handle(_ context.Context, m stream.Message) error {
 	r.mu.Lock()
 	r.seen = append(r.seen, m)
+	if r.at == nil {
+		r.at = map[string][]time.Time{}
+	}
+	r.at[m.MsgID] = append(r.at[m.MsgID], time.Now())
 	answer := r.answer
 	r.mu.Unlock()
 	if answer == nil {
@@ -303,6 +308,12 @@ func TestConsumer(t *testing.T) {
 		for i, m := range got {
 			require.EqualValues(t, i+1, m.Delivered)
 		}
+		r.mu.Lock()
+		at := r.at[transient.ID.String()]
+		r.mu.Unlock()
+		// Lower bounds only: a busy machine can only make the gaps longer.
+		require.GreaterOrEqual(t, at[1].Sub(at[0]), 100*time.Millisecond, "naked with NakBase")
+		require.GreaterOrEqual(t, at[2].Sub(at[1]), 200*time.Millisecond, "the delay doubles")
 		time.Sleep(2500 * time.Millisecond) // past the ack wait
 		require.Len(t, r.deliveries(terminal.ID.String()), 1, "terminated: never redelivered")
 		require.Len(t, r.deliveries(transient.ID.String()), 3, "acked after the third delivery")
