@@ -185,6 +185,9 @@ func (c *cluster) requireConverged(t *testing.T) (snapshot, time.Duration) {
 			return s, took
 		}
 		if time.Now().After(deadline) {
+			if c.cfg.transport == transportNATS {
+				c.logConsumer(t)
+			}
 			t.Fatalf("invariant does not hold after %s (%d problems):\n%s", convergeTimeout, len(problems), strings.Join(problems, "\n"))
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -213,3 +213,22 @@ func streamLeader(t *testing.T, js jetstream.JetStream) string {
 	}
 	return info.Cluster.Leader
 }
+
+// logConsumer logs the broker's view of billing's consumer, for a failed scenario.
+func (c *cluster) logConsumer(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cons, err := natsClient(t, c.nats).Consumer(ctx, stream.Name, "billing")
+	if err != nil {
+		t.Logf("billing's consumer: %v", err)
+		return
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Logf("billing's consumer: %v", err)
+		return
+	}
+	t.Logf("billing's consumer: pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered %+v, ack floor %+v",
+		info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting, info.Delivered, info.AckFloor)
+}

@@ -47,7 +47,7 @@ type ConsumerConfig struct {
 	// NakBase and NakMax bound the delay of a nak: NakBase after the first
 	// delivery, doubling, capped at NakMax. 250ms and 30s when zero.
 	NakBase, NakMax time.Duration
-	Batch           int // messages fetched at once; 10 when zero
+	Batch           int // messages pulled ahead of the handler; 10 when zero
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -84,8 +84,8 @@ func (c ConsumerConfig) JetStreamConfig() jetstream.ConsumerConfig {
 }
 
 // Consumer runs one durable pull consumer: it creates or updates it (retrying
-// until the stream exists), fetches messages and hands each to its handler,
-// acking only after the handler returned nil.
+// until the stream exists), pulls messages and hands each to its handler, one at
+// a time, acking only after the handler returned nil.
 type Consumer struct {
 	cfg    ConsumerConfig
 	handle Handler
@@ -125,8 +125,8 @@ func (c *Consumer) Start(context.Context) error {
 }
 
 // Stop ends the loop: the message being handled finishes (its handler is bounded
-// by AckWait), messages fetched but not handled are naked for redelivery at once.
-// It waits until ctx ends at most.
+// by AckWait); messages pulled ahead but not handled are redelivered after
+// AckWait. It waits until ctx ends at most.
 func (c *Consumer) Stop(ctx context.Context) error {
 	if c.cancel == nil {
 		return nil
@@ -142,9 +142,12 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	return err
 }
 
+// loop keeps one continuous pull open (the library's message iterator: it keeps
+// pull requests outstanding, watches the server's idle heartbeats and pulls
+// again after a reconnect or a leader change), and recreates the consumer and
+// the iterator whenever the iterator ends with an error.
 func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 	defer close(c.done)
-	var cons jetstream.Consumer
 	failures := 0
 	fail := func(what string, err error) bool {
 		failures++
@@ -154,45 +157,41 @@ func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 		return sleep(ctx, backoff(failures))
 	}
 	for ctx.Err() == nil {
-		if cons == nil {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			var err error
-			cons, err = js.CreateOrUpdateConsumer(cctx, Name, c.cfg.JetStreamConfig())
-			cancel()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := js.CreateOrUpdateConsumer(cctx, Name, c.cfg.JetStreamConfig())
+		cancel()
+		if err != nil {
+			if !fail("create", err) {
+				return
+			}
+			continue
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(c.cfg.Batch), jetstream.PullHeartbeat(time.Second),
+			jetstream.PullExpiry(5*time.Second))
+		if err != nil {
+			if !fail("pull", err) {
+				return
+			}
+			continue
+		}
+		c.logger.Info("nats consumer ready", "stream", Name)
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
 			if err != nil {
-				cons = nil
-				if !fail("create", err) {
+				it.Stop()
+				if ctx.Err() != nil {
 					return
 				}
-				continue
+				if !fail("pull", err) {
+					return
+				}
+				break
 			}
-			c.logger.Info("nats consumer ready", "stream", Name)
-		}
-		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			cons = nil // the consumer (or its stream, or its leader) may be gone: make sure of it again
-			if !fail("fetch", err) {
-				return
-			}
-			continue
-		}
-		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = msg.Nak() // stopping: let another replica (or the next start) have it now
-				continue
+			if failures > 0 {
+				c.logger.Info("nats consumer recovered", "failures", failures)
+				failures = 0
 			}
 			c.process(msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			cons = nil
-			if !fail("fetch", err) {
-				return
-			}
-			continue
-		}
-		if failures > 0 {
-			c.logger.Info("nats consumer recovered", "failures", failures)
-			failures = 0
 		}
 	}
 }
@@ -204,6 +203,8 @@ func (c *Consumer) process(msg jetstream.Msg) {
 	if meta, err := msg.Metadata(); err == nil {
 		m.Sequence, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
 	}
+	// The redelivery clock starts now, not when the message was pulled ahead.
+	_ = msg.InProgress()
 	// Not the loop's context: Stop lets the message in hand finish, so a handler
 	// is never cut between its commit and its ack for nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AckWait)
