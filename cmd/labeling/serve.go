@@ -11,6 +11,7 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
+	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -22,8 +23,8 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(
 			logger,
-			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling},
-			web.Config{Addr: cfg.HTTPAddr},
+			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
+			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			outbox.Config{
 				PollInterval:       cfg.PollInterval,
 				ClaimSize:          cfg.ClaimSize,
@@ -50,8 +51,10 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 		),
 		postgres.Module,
 		web.Module,
-		outbox.Module,
-		retention.Module,
+		// Each background component stops within its own share of the budget,
+		// after the HTTP server has drained (service.Run stops the server first).
+		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),
+		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
 		labeling.Module,
 	)
 }
@@ -63,4 +66,9 @@ func subscribers(billing *delivery.Client) []outbox.Subscriber {
 		delivery.Subscriber[labeling.RuleActivated](billing),
 		delivery.Subscriber[labeling.RuleDeactivated](billing),
 	}
+}
+
+// dbBounds are the pool's bounds from the configuration.
+func dbBounds(b config.Bounds) postgres.Bounds {
+	return postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
 }

@@ -31,6 +31,8 @@ type Labeling struct {
 	RetryMax           time.Duration
 	ProcessedRetention time.Duration
 	CleanupInterval    time.Duration
+
+	Bounds
 }
 
 // Billing is the configuration of the billing service.
@@ -40,6 +42,26 @@ type Billing struct {
 	EventsToken       string
 	ReceiptsRetention time.Duration
 	CleanupInterval   time.Duration
+
+	Bounds
+}
+
+// Bounds limit how long one piece of work may hold a request or a database
+// connection; both services read them.
+type Bounds struct {
+	// RequestTimeout is the deadline of every HTTP request (HTTP_REQUEST_TIMEOUT).
+	RequestTimeout time.Duration
+	// StatementTimeout and LockTimeout are PostgreSQL's statement_timeout and
+	// lock_timeout on every pooled connection (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
+	StatementTimeout time.Duration
+	LockTimeout      time.Duration
+}
+
+// Command is what an operator command (migrate, outbox ...) needs: no delivery
+// secret, since such a command never delivers.
+type Command struct {
+	DatabaseURL string
+	Bounds
 }
 
 // LabelingVars and BillingVars name every variable each service reads.
@@ -49,12 +71,31 @@ var (
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
 		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
+		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
+		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 	}
-	// Required names the variables that have no default.
+	// Required names the variables that have no default (serve needs both; the
+	// operator commands only DATABASE_URL, healthcheck neither).
 	Required = []string{"DATABASE_URL", "EVENTS_TOKEN"}
+)
+
+// Defaults and upper bounds. An upper bound keeps an absurd value (a typo, an extra
+// digit) from starting a process that misbehaves later: every bound is far above
+// any sensible setting.
+const (
+	DefaultRequestTimeout   = 8 * time.Second
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultLockTimeout      = 2 * time.Second
+
+	MaxRequestTimeout = 5 * time.Minute
+	MaxClaimSize      = 1000
+	MaxAttempts       = 1000
+	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
+	maxDBTimeout      = time.Hour
+	maxOutboxDuration = 24 * time.Hour // poll interval, handler timeout, retry base
 )
 
 // LoadLabeling reads the labeling configuration.
@@ -65,24 +106,49 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
 		EventsToken:        r.required("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
-		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second),
-		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10),
-		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second),
-		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute),
-		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", 10),
-		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second),
-		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute),
-		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour),
-		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour),
+		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
+		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10, MaxClaimSize),
+		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second, maxOutboxDuration),
+		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute, maxDuration),
+		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", 10, MaxAttempts),
+		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second, maxOutboxDuration),
+		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute, maxDuration),
+		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour, maxDuration),
+		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
+		Bounds:             r.bounds(),
 	}
 	if r.err == nil && c.RetryMax < c.RetryBase {
 		r.fail("OUTBOX_RETRY_MAX", "%s is less than OUTBOX_RETRY_BASE (%s)", c.RetryMax, c.RetryBase)
 	}
-	if r.err == nil && time.Duration(c.ClaimSize)*c.HandlerTimeout > c.Lease {
-		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s = %s)",
-			c.Lease, c.ClaimSize, c.HandlerTimeout, time.Duration(c.ClaimSize)*c.HandlerTimeout)
+	// By division, never multiplication: claim size × timeout can overflow a
+	// Duration and pass as a small or negative number.
+	if r.err == nil && c.Lease/c.HandlerTimeout < time.Duration(c.ClaimSize) {
+		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s)",
+			c.Lease, c.ClaimSize, c.HandlerTimeout)
 	}
 	return c, r.err
+}
+
+// LoadCommand reads what an operator command needs: DATABASE_URL and the database
+// bounds, never EVENTS_TOKEN.
+func LoadCommand(lookup Lookup) (Command, error) {
+	r := reader{lookup: lookup}
+	c := Command{DatabaseURL: r.databaseURL(), Bounds: r.bounds()}
+	return c, r.err
+}
+
+// LoadHTTPAddr reads HTTP_ADDR alone, for the healthcheck command.
+func LoadHTTPAddr(lookup Lookup, def string) string {
+	r := reader{lookup: lookup}
+	return r.str("HTTP_ADDR", def)
+}
+
+func (r *reader) bounds() Bounds {
+	return Bounds{
+		RequestTimeout:   r.duration("HTTP_REQUEST_TIMEOUT", DefaultRequestTimeout, MaxRequestTimeout),
+		StatementTimeout: r.duration("DB_STATEMENT_TIMEOUT", DefaultStatementTimeout, maxDBTimeout),
+		LockTimeout:      r.duration("DB_LOCK_TIMEOUT", DefaultLockTimeout, maxDBTimeout),
+	}
 }
 
 // LoadBilling reads the billing configuration.
@@ -92,8 +158,9 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		DatabaseURL:       r.databaseURL(),
 		HTTPAddr:          r.str("HTTP_ADDR", ":8081"),
 		EventsToken:       r.required("EVENTS_TOKEN"),
-		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour),
-		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour),
+		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
+		Bounds:            r.bounds(),
 	}
 	return c, r.err
 }
@@ -146,7 +213,7 @@ func (r *reader) httpURL(name, def string) string {
 	return v
 }
 
-func (r *reader) duration(name string, def time.Duration) time.Duration {
+func (r *reader) duration(name string, def, limit time.Duration) time.Duration {
 	v := r.str(name, "")
 	if v == "" {
 		return def
@@ -156,20 +223,29 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 		r.fail(name, "%q is not a duration (use Go syntax: 250ms, 30s, 5m)", v)
 		return def
 	}
-	if d <= 0 {
+	switch {
+	case d <= 0:
 		r.fail(name, "%q must be positive", v)
+		return def
+	case d > limit:
+		r.fail(name, "%q is more than the maximum of %s", v, limit)
+		return def
 	}
 	return d
 }
 
-func (r *reader) positiveInt(name string, def int) int {
+func (r *reader) positiveInt(name string, def, limit int) int {
 	v := r.str(name, "")
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
+	switch {
+	case err != nil || n <= 0:
 		r.fail(name, "%q is not a positive integer", v)
+		return def
+	case n > limit:
+		r.fail(name, "%q is more than the maximum of %d", v, limit)
 		return def
 	}
 	return n

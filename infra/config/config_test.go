@@ -58,6 +58,13 @@ func TestLoadLabeling(t *testing.T) {
 		{"retry max under base", "OUTBOX_RETRY_MAX", "1s"},
 		{"bad retention", "OUTBOX_PROCESSED_RETENTION", "a week"},
 		{"bad cleanup interval", "CLEANUP_INTERVAL", "0s"},
+		{"a claim size whose product with the timeout overflows", "OUTBOX_CLAIM_SIZE", "307445735"},
+		{"an absurd claim size", "OUTBOX_CLAIM_SIZE", "1001"},
+		{"an absurd attempt count", "OUTBOX_MAX_ATTEMPTS", "1000000"},
+		{"an absurd handler timeout", "OUTBOX_HANDLER_TIMEOUT", "2562047h"},
+		{"a request timeout over its maximum", "HTTP_REQUEST_TIMEOUT", "1h"},
+		{"a bad statement timeout", "DB_STATEMENT_TIMEOUT", "5"},
+		{"a bad lock timeout", "DB_LOCK_TIMEOUT", "-1s"},
 	}
 	for _, tc := range bad {
 		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {
@@ -69,6 +76,35 @@ func TestLoadLabeling(t *testing.T) {
 			require.Contains(t, err.Error(), tc.variable)
 		})
 	}
+
+	t.Run("the lease rule holds at the largest settings without overflowing", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["OUTBOX_CLAIM_SIZE"] = "1000"
+		kv["OUTBOX_HANDLER_TIMEOUT"] = "24h"
+		kv["OUTBOX_LEASE"] = "23999h"
+		_, err := config.LoadLabeling(env(kv))
+		require.ErrorContains(t, err, "OUTBOX_LEASE")
+		kv["OUTBOX_LEASE"] = "24000h"
+		_, err = config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+	})
+
+	t.Run("the bounds have defaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadLabeling(env(base()))
+		require.NoError(t, err)
+		require.Equal(t, config.Bounds{RequestTimeout: 8 * time.Second, StatementTimeout: 5 * time.Second, LockTimeout: 2 * time.Second}, c.Bounds)
+	})
+
+	t.Run("an operator command needs no EVENTS_TOKEN", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "postgres://h/db"}))
+		require.NoError(t, err)
+		require.Equal(t, "postgres://h/db", c.DatabaseURL)
+		_, err = config.LoadCommand(env(map[string]string{}))
+		require.ErrorContains(t, err, "DATABASE_URL")
+	})
 
 	t.Run("database url errors never echo the password", func(t *testing.T) {
 		t.Parallel()
