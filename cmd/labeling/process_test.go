@@ -286,3 +286,51 @@ func TestGracefulStop(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT active FROM labeling_rules WHERE id = $1`, slow).Scan(&active))
 	require.True(t, active)
 }
+
+func TestBoundedWork(t *testing.T) {
+	t.Parallel()
+
+	for name, bounds := range map[string]map[string]string{
+		"DB_LOCK_TIMEOUT":      {"DB_LOCK_TIMEOUT": "300ms", "HTTP_REQUEST_TIMEOUT": "1m"},
+		"HTTP_REQUEST_TIMEOUT": {"DB_LOCK_TIMEOUT": "1h", "HTTP_REQUEST_TIMEOUT": "500ms"},
+	} {
+		t.Run("a request waiting on a lock is answered 503 within "+name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t, migrations.Labeling)
+			env := baseEnv(db.URL)
+			for k, v := range bounds {
+				env[k] = v
+			}
+			p := proctest.Start(t, binary(t), env, "serve")
+			base := "http://" + p.ListenAddr(t)
+			client := &http.Client{Timeout: 20 * time.Second}
+			org, id := uuid.NewString(), uuid.NewString()
+			resp, err := client.Post(base+"/v1/orgs/"+org+"/rules", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, `SELECT 1 FROM labeling_rules WHERE id = $1 FOR UPDATE`, id)
+			require.NoError(t, err)
+
+			resp, err = client.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+			require.NoError(t, err, "answered, not left waiting for the lock")
+			var body bytes.Buffer
+			_, _ = body.ReadFrom(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body.String())
+			require.Contains(t, body.String(), `"code":"unavailable"`)
+			require.Eventually(t, func() bool {
+				var waiting int
+				err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+				return err == nil && waiting == 0
+			}, 10*time.Second, 10*time.Millisecond, "the pool connection no longer waits either")
+		})
+	}
+}
