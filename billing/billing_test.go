@@ -327,7 +327,7 @@ func TestDeliverRejected(t *testing.T) {
 			edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", uuid.NewString()) }},
 		{name: "an Idempotency-Key that is not a UUID", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`),
 			edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc") }},
-		{name: "an unknown type with a malformed envelope", body: fmt.Sprintf(`{"id":"nope","type":"RuleRenamed","occurredAt":1,"payload":{}}`)},
+		{name: "an unknown type with a malformed envelope", body: `{"id":"nope","type":"RuleRenamed","occurredAt":1,"payload":{}}`},
 		{name: "a body over 64 KiB", status: http.StatusRequestEntityTooLarge,
 			body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `","pad":"` + strings.Repeat("x", 70<<10) + `"}`)},
 	}

@@ -63,7 +63,7 @@ func setup(t *testing.T, env ...string) bundle {
 		cli.WithEnv(env),
 	)
 	require.NoError(t, err)
-	project, err := cli.ProjectFromOptions(context.Background(), opts)
+	project, err := opts.LoadProject(context.Background())
 	require.NoError(t, err, "docker-compose.yml does not load")
 
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))

@@ -436,12 +436,12 @@ func (c *cluster) send(ctx context.Context, base, method, path string, body any)
 	c.mu.Unlock()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %v", errTransport, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", errTransport, method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %v", errTransport, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %w", errTransport, method, path, err)
 	}
 	return resp.StatusCode, b, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -61,7 +62,7 @@ func TestCrash(t *testing.T) {
 			`SELECT EXISTS (SELECT 1 FROM billing_receipts WHERE event_id = $1)`, b.id).Scan(&receipt))
 		var n int64 = -99
 		err = conn.QueryRow(context.Background(), `SELECT active_rules FROM billing_quota WHERE org_id = $1`, b.org).Scan(&n)
-		if err != pgx.ErrNoRows {
+		if !errors.Is(err, pgx.ErrNoRows) {
 			require.NoError(t, err)
 		}
 		return receipt, n

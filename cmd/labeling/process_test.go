@@ -126,7 +126,10 @@ func TestActivateAfterCommitCrash(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-	_, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+	resp, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+	if err == nil {
+		resp.Body.Close()
+	}
 
 	require.Error(t, err, "the process dies before it answers")
 	state := p.Wait(t, 30*time.Second)
