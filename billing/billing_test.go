@@ -20,6 +20,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/apitest"
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
@@ -46,7 +47,7 @@ func setupPool(t testing.TB, pool *pgxpool.Pool) *bundle {
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, pool)
-	h.Register(e)
+	h.Register(e, auth.Disabled())
 	return &bundle{pool: pool, svc: svc, e: e}
 }
 

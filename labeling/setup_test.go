@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/apitest"
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
@@ -41,7 +42,7 @@ func setup(t *testing.T) *testBundle {
 	e := web.New(logger, db.Pool)
 	nudges := &countingNudger{}
 	svc := NewService(db.Pool, NewStore(), nudges)
-	NewHandler(svc).Register(e)
+	NewHandler(svc).Register(e, auth.Disabled())
 	return &testBundle{db: db, e: e, svc: svc, nudges: nudges, org: uuid.NewString()}
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
@@ -25,7 +26,8 @@ import (
 )
 
 const usage = `usage: billing [serve | migrate | healthcheck]
-configuration (environment): ` + "DATABASE_URL, EVENTS_TOKEN (required); HTTP_ADDR, RECEIPTS_RETENTION, CLEANUP_INTERVAL\n"
+configuration (environment): ` + "DATABASE_URL, EVENTS_TOKEN (required); HTTP_ADDR, RECEIPTS_RETENTION, CLEANUP_INTERVAL;\n" +
+	"serve also: AUTH_JWKS_URL, AUTH_ISSUER, AUTH_AUDIENCE (required together), or AUTH_DISABLED=true\n"
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -53,7 +55,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "migrate":
 		err = postgres.MigrateURL(context.Background(), cfg.DatabaseURL, migrations.Billing, service.Logger("billing"))
 	default:
-		err = serve(cfg)
+		// Only serve reads AUTH_*: migrate and healthcheck never need them.
+		var authCfg config.Auth
+		if authCfg, err = config.LoadAuth(os.LookupEnv); err == nil {
+			err = serve(cfg, auth.SettingsFrom(authCfg))
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "billing: %v\n", err)
@@ -62,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func serve(cfg config.Billing) error {
+func serve(cfg config.Billing, authn auth.Settings) error {
 	return service.Run(
 		fx.Supply(
 			service.Logger("billing"),
@@ -70,10 +76,12 @@ func serve(cfg config.Billing) error {
 			web.Config{Addr: cfg.HTTPAddr},
 			retention.Config{Interval: cfg.CleanupInterval},
 			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention},
+			authn,
 		),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,
+		auth.Module,
 		retention.Module,
 		billing.Module,
 	)

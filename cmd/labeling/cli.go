@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/service"
@@ -72,7 +73,11 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if cmd.name == "serve" {
-		err = service.Run(serveOptions(cfg, service.Logger("labeling")))
+		// Only serve reads AUTH_*: the operator commands never need them.
+		var authCfg config.Auth
+		if authCfg, err = config.LoadAuth(lookup); err == nil {
+			err = service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), service.Logger("labeling")))
+		}
 	} else {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()

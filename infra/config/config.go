@@ -49,10 +49,15 @@ var (
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
 		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
+		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
+		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
+	// AuthVars names the variables LoadAuth reads; both services read them, and
+	// only serve does (the operator commands need none of them).
+	AuthVars = []string{"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED"}
 	// Required names the variables that have no default.
 	Required = []string{"DATABASE_URL", "EVENTS_TOKEN"}
 )
@@ -94,6 +99,37 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		EventsToken:       r.required("EVENTS_TOKEN"),
 		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour),
 		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour),
+	}
+	return c, r.err
+}
+
+// Auth is the authentication of the public API (contract section 8), read by
+// serve only. Either Disabled is true, or JWKSURL, Issuer and Audience are all set.
+type Auth struct {
+	Disabled bool   // AUTH_DISABLED=true: /v1 is served without authentication
+	JWKSURL  string // where the issuer's signing keys are fetched from
+	Issuer   string // the iss every token must carry, exactly
+	Audience string // a value the token's aud must contain
+}
+
+// LoadAuth reads the authentication settings. It fails, naming the variables,
+// unless either AUTH_DISABLED=true or AUTH_JWKS_URL with AUTH_ISSUER and
+// AUTH_AUDIENCE is set: an unset variable must never leave the API open.
+func LoadAuth(lookup Lookup) (Auth, error) {
+	r := reader{lookup: lookup}
+	c := Auth{Disabled: r.boolean("AUTH_DISABLED")}
+	jwks := r.str("AUTH_JWKS_URL", "")
+	switch {
+	case r.err != nil:
+	case c.Disabled && jwks != "":
+		r.fail("AUTH_DISABLED", "true while AUTH_JWKS_URL is set; unset one of them")
+	case c.Disabled:
+	case jwks == "":
+		r.fail("AUTH_JWKS_URL", "required (with AUTH_ISSUER and AUTH_AUDIENCE) unless AUTH_DISABLED=true")
+	default:
+		c.JWKSURL = r.httpURL("AUTH_JWKS_URL", "")
+		c.Issuer = r.required("AUTH_ISSUER")
+		c.Audience = r.required("AUTH_AUDIENCE")
 	}
 	return c, r.err
 }
@@ -160,6 +196,18 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 		r.fail(name, "%q must be positive", v)
 	}
 	return d
+}
+
+func (r *reader) boolean(name string) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "%q is not true or false", v)
+	}
+	return b
 }
 
 func (r *reader) positiveInt(name string, def int) int {
