@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,12 +52,30 @@ type Issuer struct {
 	jwks []byte
 }
 
-// New generates the keys and starts the JWKS server, closed when t ends.
+// The keys are generated once per test binary (RSA generation is slow); every
+// Issuer serves them from a server of its own.
+var (
+	keysOnce sync.Once
+	rsaKey   *rsa.PrivateKey
+	ecKey    *ecdsa.PrivateKey
+	keysErr  error
+)
+
+func keys() (*rsa.PrivateKey, *ecdsa.PrivateKey, error) {
+	keysOnce.Do(func() {
+		if rsaKey, keysErr = rsa.GenerateKey(rand.Reader, 2048); keysErr != nil {
+			return
+		}
+		ecKey, keysErr = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	})
+	return rsaKey, ecKey, keysErr
+}
+
+// New starts a JWKS server publishing the test binary's RSA and ECDSA keys,
+// closed when t ends.
 func New(t testing.TB) *Issuer {
 	t.Helper()
-	rk, err := rsa.GenerateKey(rand.Reader, 2048)
-	require.NoError(t, err)
-	ek, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rk, ek, err := keys()
 	require.NoError(t, err)
 	iss := &Issuer{RSA: rk, EC: ek}
 	iss.Publish(t, map[string]crypto.PublicKey{RSAKey: &rk.PublicKey, ECKey: &ek.PublicKey})
@@ -144,6 +163,18 @@ func (iss *Issuer) Token(t testing.TB, claims jwt.MapClaims) string {
 func (iss *Issuer) ECToken(t testing.TB, claims jwt.MapClaims) string {
 	t.Helper()
 	return iss.Sign(t, jwt.SigningMethodES256, ECKey, iss.EC, claims)
+}
+
+// ForPath returns a valid ES256 token for the org a /v1/orgs/{orgId}/... path
+// names, whatever it is: handler tests use it to pass the guard on every request.
+func (iss *Issuer) ForPath(t testing.TB, path string) string {
+	t.Helper()
+	parts := strings.SplitN(path, "/", 5) // "", "v1", "orgs", org, rest
+	org := ""
+	if len(parts) >= 4 {
+		org, _, _ = strings.Cut(parts[3], "?")
+	}
+	return iss.ECToken(t, Claims(org))
 }
 
 // For returns a valid RS256 token for orgs.
