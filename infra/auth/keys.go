@@ -39,9 +39,9 @@ type keySet struct {
 	keys atomic.Pointer[map[string]publicKey] // kid → key; replaced whole on a fetch
 
 	mu          sync.Mutex // serialises fetches; guards the fields below
-	lastAttempt time.Time // of any fetch
-	lastUnknown time.Time // of the last fetch an unknown key id caused
-	lastErr     error     // of the last fetch
+	lastAttempt time.Time  // of any fetch
+	lastUnknown time.Time  // of the last fetch an unknown key id caused
+	lastErr     error      // of the last fetch
 }
 
 // publicKey is one usable signing key: an RSA or ECDSA public key and the JWK's
