@@ -98,7 +98,9 @@ func NewVerifier(cfg Config, logger *slog.Logger) (*Verifier, error) {
 		cfg.FetchTimeout = DefaultFetchTimeout
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: cfg.FetchTimeout}
+		// A transport of its own: nothing else that closes idle connections on
+		// http.DefaultTransport can break a fetch in flight.
+		cfg.Client = &http.Client{Timeout: cfg.FetchTimeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
