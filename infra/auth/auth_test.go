@@ -23,6 +23,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/auth"
@@ -370,4 +371,32 @@ func publicPEM(pub *rsa.PublicKey) []byte {
 		panic(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func TestRefusedMetric(t *testing.T) {
+	// Not parallel: it reads a process-wide counter around its own requests.
+	b := setup(t, nil)
+	read := func(reason string) float64 {
+		var m dto.Metric
+		c, err := auth.RefusedCounter(reason)
+		require.NoError(t, err)
+		require.NoError(t, c.Write(&m))
+		return m.GetCounter().GetValue()
+	}
+	c := authtest.Claims(b.org)
+	c["exp"] = time.Now().Add(-time.Hour).Unix()
+	cases := []struct {
+		reason string
+		header []string
+	}{
+		{"missing", nil},
+		{"invalid", []string{"Bearer x.y.z"}},
+		{"expired", []string{bearer(b.iss.Token(t, c))}},
+		{"org", []string{bearer(b.iss.For(t, uuid.NewString()))}},
+	}
+	for _, tc := range cases {
+		before := read(tc.reason)
+		b.get(t, b.org, tc.header...)
+		require.Equal(t, before+1, read(tc.reason), tc.reason)
+	}
 }

@@ -68,6 +68,7 @@ func (g *Guard) Org(param string, notFound error) echo.MiddlewareFunc {
 				return fault.Errorf(fault.Invalid, "%s must be a UUID, got %q", param, raw)
 			}
 			if !claims.Has(org) {
+				refused.WithLabelValues(reasonOrg).Inc()
 				return notFound
 			}
 			c.Set(claimsKey, claims)
@@ -106,6 +107,7 @@ func (g *Guard) authenticate(c echo.Context) (*Claims, error) {
 	if token == "" {
 		// RFC 6750 section 3.1: a request without credentials gets no error code.
 		h.Set(echo.HeaderWWWAuthenticate, realm)
+		refused.WithLabelValues(reasonMissing).Inc()
 		return nil, fault.Errorf(fault.Unauthorized, "a Bearer token is required")
 	}
 	claims, err := g.verifier.Verify(c.Request().Context(), token)
@@ -114,15 +116,17 @@ func (g *Guard) authenticate(c echo.Context) (*Claims, error) {
 	case err == nil:
 		return claims, nil
 	case errors.As(err, &invalid):
-		msg := "the token is not valid"
+		msg, reason := "the token is not valid", reasonInvalid
 		if errors.Is(err, jwt.ErrTokenExpired) {
-			msg = "the token has expired"
+			msg, reason = "the token has expired", reasonExpired
 		}
+		refused.WithLabelValues(reason).Inc()
 		h.Set(echo.HeaderWWWAuthenticate, realm+`, error="invalid_token", error_description="`+msg+`"`)
 		g.logger.Debug("auth: token refused", "route", c.Path(), "reason", invalid.Err.Error())
 		return nil, fault.Errorf(fault.Unauthorized, "%s", msg)
 	default:
 		h.Set("Retry-After", "10")
+		refused.WithLabelValues(reasonUnavailable).Inc()
 		return nil, fault.Wrap(fault.Unavailable, err, "the token issuer's keys are unavailable")
 	}
 }
