@@ -20,6 +20,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
@@ -29,7 +30,8 @@ import (
 )
 
 const usage = `usage: billing [serve | migrate | healthcheck]
-configuration (environment): ` + "DATABASE_URL, EVENTS_TOKEN (required by serve); HTTP_ADDR, RECEIPTS_RETENTION, CLEANUP_INTERVAL, HTTP_REQUEST_TIMEOUT, DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT\n"
+configuration (environment): ` + "DATABASE_URL, EVENTS_TOKEN (required by serve); HTTP_ADDR, RECEIPTS_RETENTION, CLEANUP_INTERVAL, HTTP_REQUEST_TIMEOUT, DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT;\n" +
+	"serve also: AUTH_JWKS_URL, AUTH_ISSUER, AUTH_AUDIENCE (required together), or AUTH_DISABLED=true\n"
 
 // commandTimeout bounds migrate, which may wait for a replica holding the
 // migration lock; a variable so a test can shorten it.
@@ -66,9 +68,13 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 			err = postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing"))
 		}
 	default:
+		// Only serve reads AUTH_*: migrate and healthcheck never need them.
 		var cfg config.Billing
+		var authCfg config.Auth
 		if cfg, err = config.LoadBilling(lookup); err == nil {
-			err = serve(cfg)
+			if authCfg, err = config.LoadAuth(lookup); err == nil {
+				err = serve(cfg, auth.SettingsFrom(authCfg))
+			}
 		}
 	}
 	if err != nil {
@@ -78,7 +84,7 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func serve(cfg config.Billing) error {
+func serve(cfg config.Billing, authn auth.Settings) error {
 	return service.Run(
 		fx.Supply(
 			service.Logger("billing"),
@@ -88,10 +94,12 @@ func serve(cfg config.Billing) error {
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			retention.Config{Interval: cfg.CleanupInterval},
 			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention},
+			authn,
 		),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,
+		auth.Module,
 		// Stops after the HTTP server has drained, within its own share.
 		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
 		billing.Module,

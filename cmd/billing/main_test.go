@@ -86,7 +86,7 @@ func TestServe(t *testing.T) {
 	t.Run("migrates, serves, applies an event once and exits 0 on SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		const tok = "cmd-test-token"
-		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0"))
+		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "AUTH_DISABLED=true"))
 		base := "http://" + s.addr
 		client := &http.Client{Timeout: 10 * time.Second}
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/service"
@@ -69,8 +70,12 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 	switch cmd.name {
 	case "serve":
 		var cfg config.Labeling
+		var authCfg config.Auth
 		if cfg, err = config.LoadLabeling(lookup); err == nil {
-			err = service.Run(serveOptions(cfg, service.Logger("labeling")))
+			// Only serve reads AUTH_*: the operator commands never need them.
+			if authCfg, err = config.LoadAuth(lookup); err == nil {
+				err = service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), service.Logger("labeling")))
+			}
 		}
 	case "healthcheck":
 		// Reads HTTP_ADDR only: a health check needs no secret and no database.

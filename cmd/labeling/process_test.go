@@ -33,6 +33,8 @@ func baseEnv(databaseURL string) map[string]string {
 		"DATABASE_URL": databaseURL,
 		"EVENTS_TOKEN": "test-token",
 		"HTTP_ADDR":    "127.0.0.1:0",
+		// These tests are about the process, not authentication (auth_test.go).
+		"AUTH_DISABLED": "true",
 	}
 }
 

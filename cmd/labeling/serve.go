@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
@@ -18,8 +19,8 @@ import (
 )
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
-// the outbox relay and cleanup, and the rules API.
-func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
+// the outbox relay and cleanup, and the rules API behind authentication.
+func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(
 			logger,
@@ -36,6 +37,7 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 				ProcessedRetention: cfg.ProcessedRetention,
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
+			authn,
 		),
 		fx.Provide(
 			func() (*delivery.Client, error) {
@@ -51,6 +53,7 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 		),
 		postgres.Module,
 		web.Module,
+		auth.Module,
 		// Each background component stops within its own share of the budget,
 		// after the HTTP server has drained (service.Run stops the server first).
 		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),

@@ -72,11 +72,16 @@ var (
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
 		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
+		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
+		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
+	// AuthVars names the variables LoadAuth reads; both services read them, and
+	// only serve does (the operator commands need none of them).
+	AuthVars = []string{"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED"}
 	// Required names the variables that have no default (serve needs both; the
 	// operator commands only DATABASE_URL, healthcheck neither).
 	Required = []string{"DATABASE_URL", "EVENTS_TOKEN"}
@@ -165,6 +170,37 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 	return c, r.err
 }
 
+// Auth is the authentication of the public API (contract section 8), read by
+// serve only. Either Disabled is true, or JWKSURL, Issuer and Audience are all set.
+type Auth struct {
+	Disabled bool   // AUTH_DISABLED=true: /v1 is served without authentication
+	JWKSURL  string // where the issuer's signing keys are fetched from
+	Issuer   string // the iss every token must carry, exactly
+	Audience string // a value the token's aud must contain
+}
+
+// LoadAuth reads the authentication settings. It fails, naming the variables,
+// unless either AUTH_DISABLED=true or AUTH_JWKS_URL with AUTH_ISSUER and
+// AUTH_AUDIENCE is set: an unset variable must never leave the API open.
+func LoadAuth(lookup Lookup) (Auth, error) {
+	r := reader{lookup: lookup}
+	c := Auth{Disabled: r.boolean("AUTH_DISABLED")}
+	jwks := r.str("AUTH_JWKS_URL", "")
+	switch {
+	case r.err != nil:
+	case c.Disabled && jwks != "":
+		r.fail("AUTH_DISABLED", "true while AUTH_JWKS_URL is set; unset one of them")
+	case c.Disabled:
+	case jwks == "":
+		r.fail("AUTH_JWKS_URL", "required (with AUTH_ISSUER and AUTH_AUDIENCE) unless AUTH_DISABLED=true")
+	default:
+		c.JWKSURL = r.httpURL("AUTH_JWKS_URL", "")
+		c.Issuer = r.required("AUTH_ISSUER")
+		c.Audience = r.required("AUTH_AUDIENCE")
+	}
+	return c, r.err
+}
+
 // reader keeps the first error, so a caller reads every field and checks once.
 type reader struct {
 	lookup Lookup
@@ -232,6 +268,18 @@ func (r *reader) duration(name string, def, limit time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+func (r *reader) boolean(name string) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "%q is not true or false", v)
+	}
+	return b
 }
 
 func (r *reader) positiveInt(name string, def, limit int) int {

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +135,70 @@ func TestLoadBilling(t *testing.T) {
 		kv["RECEIPTS_RETENTION"] = "30d"
 		_, err := config.LoadBilling(env(kv))
 		require.ErrorContains(t, err, "RECEIPTS_RETENTION")
+	})
+}
+
+func TestLoadAuth(t *testing.T) {
+	t.Parallel()
+	on := map[string]string{
+		"AUTH_JWKS_URL": "http://oauth:8090/outboxpair/jwks",
+		"AUTH_ISSUER":   "http://localhost:8090/outboxpair",
+		"AUTH_AUDIENCE": "outboxpair",
+	}
+
+	t.Run("the three variables turn authentication on", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadAuth(env(on))
+		require.NoError(t, err)
+		require.Equal(t, config.Auth{JWKSURL: on["AUTH_JWKS_URL"], Issuer: on["AUTH_ISSUER"], Audience: on["AUTH_AUDIENCE"]}, c)
+	})
+
+	t.Run("AUTH_DISABLED=true alone turns it off", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadAuth(env(map[string]string{"AUTH_DISABLED": "true"}))
+		require.NoError(t, err)
+		require.True(t, c.Disabled)
+	})
+
+	t.Run("AUTH_DISABLED=false with the three variables is on", func(t *testing.T) {
+		t.Parallel()
+		kv := map[string]string{"AUTH_DISABLED": "false"}
+		for k, v := range on {
+			kv[k] = v
+		}
+		c, err := config.LoadAuth(env(kv))
+		require.NoError(t, err)
+		require.False(t, c.Disabled)
+	})
+
+	bad := []struct {
+		name     string
+		kv       map[string]string
+		variable string
+	}{
+		{"nothing set never leaves the API open", map[string]string{}, "AUTH_JWKS_URL"},
+		{"AUTH_DISABLED=false alone", map[string]string{"AUTH_DISABLED": "false"}, "AUTH_JWKS_URL"},
+		{"AUTH_DISABLED not a boolean", map[string]string{"AUTH_DISABLED": "yes please"}, "AUTH_DISABLED"},
+		{"both disabled and a JWKS URL", map[string]string{"AUTH_DISABLED": "true", "AUTH_JWKS_URL": on["AUTH_JWKS_URL"]}, "AUTH_DISABLED"},
+		{"a JWKS URL without an issuer", map[string]string{"AUTH_JWKS_URL": on["AUTH_JWKS_URL"], "AUTH_AUDIENCE": "a"}, "AUTH_ISSUER"},
+		{"a JWKS URL without an audience", map[string]string{"AUTH_JWKS_URL": on["AUTH_JWKS_URL"], "AUTH_ISSUER": "i"}, "AUTH_AUDIENCE"},
+		{"a JWKS URL that is not http(s)", map[string]string{"AUTH_JWKS_URL": "oauth:8090/jwks", "AUTH_ISSUER": "i", "AUTH_AUDIENCE": "a"}, "AUTH_JWKS_URL"},
+	}
+	for _, tc := range bad {
+		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.LoadAuth(env(tc.kv))
+			require.Error(t, err)
+			require.True(t, strings.HasPrefix(err.Error(), tc.variable+": "), err.Error())
+			require.NotContains(t, err.Error(), "\n")
+		})
+	}
+
+	t.Run("the services' variable lists name the AUTH_* variables", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range config.AuthVars {
+			require.Contains(t, config.LabelingVars, name)
+			require.Contains(t, config.BillingVars, name)
+		}
 	})
 }
