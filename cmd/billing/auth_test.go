@@ -24,7 +24,8 @@ func TestServeAuthentication(t *testing.T) {
 			"AUTH_JWKS_URL="+iss.JWKSURL(), "AUTH_ISSUER="+authtest.IssuerURL, "AUTH_AUDIENCE="+authtest.Audience))
 		base := "http://" + s.addr
 		client := &http.Client{Timeout: 10 * time.Second}
-		get := func(path, token string) *http.Response {
+		// The status and headers only: the body is read and closed here.
+		get := func(path, token string) (int, http.Header) {
 			req, err := http.NewRequest(http.MethodGet, base+path, nil)
 			require.NoError(t, err)
 			if token != "" {
@@ -34,16 +35,17 @@ func TestServeAuthentication(t *testing.T) {
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			return resp
+			return resp.StatusCode, resp.Header
 		}
+		status := func(path, token string) int { code, _ := get(path, token); return code }
 		org := uuid.NewString()
-		resp := get("/v1/orgs/"+org+"/quota", "")
-		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-		require.True(t, strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer"))
-		require.Equal(t, http.StatusOK, get("/v1/orgs/"+org+"/quota", iss.For(t, org)).StatusCode)
-		require.Equal(t, http.StatusNotFound, get("/v1/orgs/"+org+"/quota", iss.For(t, uuid.NewString())).StatusCode)
+		code, header := get("/v1/orgs/"+org+"/quota", "")
+		require.Equal(t, http.StatusUnauthorized, code)
+		require.True(t, strings.HasPrefix(header.Get("WWW-Authenticate"), "Bearer"))
+		require.Equal(t, http.StatusOK, status("/v1/orgs/"+org+"/quota", iss.For(t, org)))
+		require.Equal(t, http.StatusNotFound, status("/v1/orgs/"+org+"/quota", iss.For(t, uuid.NewString())))
 		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-			require.Equal(t, http.StatusOK, get(path, "").StatusCode, path)
+			require.Equal(t, http.StatusOK, status(path, ""), path)
 		}
 		require.Equal(t, 0, s.stop(t), s.Stderr.String())
 		for _, line := range s.LogLines(t) {

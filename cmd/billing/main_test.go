@@ -198,7 +198,7 @@ func TestGracefulStop(t *testing.T) {
 	ctx := t.Context()
 	const tok = "stop-test-token"
 	db := pgtest.Empty(t)
-	s := startServer(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "DB_LOCK_TIMEOUT=30s"))
+	s := startServer(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "DB_LOCK_TIMEOUT=30s", "AUTH_DISABLED=true"))
 
 	// A delivery in flight: its quota update waits for a row lock the test holds.
 	org := uuid.New()

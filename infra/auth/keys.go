@@ -83,7 +83,7 @@ func (s *keySet) get(ctx context.Context, kid string) (publicKey, error) {
 	}
 	if !last.IsZero() && now.Sub(last) < s.minRefresh {
 		if s.lastErr != nil {
-			return publicKey{}, fmt.Errorf("%w: %v", ErrUnavailable, s.lastErr)
+			return publicKey{}, fmt.Errorf("%w: %w", ErrUnavailable, s.lastErr)
 		}
 		return publicKey{}, errUnknownKey
 	}
@@ -91,7 +91,7 @@ func (s *keySet) get(ctx context.Context, kid string) (publicKey, error) {
 		s.lastUnknown = now
 	}
 	if err := s.refreshLocked(ctx); err != nil {
-		return publicKey{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return publicKey{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if k, ok := s.lookup(kid); ok {
 		return k, nil
