@@ -33,6 +33,7 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 				RetryBase:          cfg.RetryBase,
 				RetryMax:           cfg.RetryMax,
 				ProcessedRetention: cfg.ProcessedRetention,
+				Notify:             cfg.OutboxNotify,
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
 		),

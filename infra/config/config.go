@@ -30,6 +30,7 @@ type Labeling struct {
 	RetryBase          time.Duration
 	RetryMax           time.Duration
 	ProcessedRetention time.Duration
+	OutboxNotify       bool // OUTBOX_NOTIFY: the relay LISTENs for appends of other replicas
 	CleanupInterval    time.Duration
 }
 
@@ -48,7 +49,7 @@ var (
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "BILLING_URL",
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
-		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
+		"OUTBOX_PROCESSED_RETENTION", "OUTBOX_NOTIFY", "CLEANUP_INTERVAL",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
@@ -73,6 +74,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second),
 		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute),
 		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour),
+		OutboxNotify:       r.boolean("OUTBOX_NOTIFY", true),
 		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour),
 	}
 	if r.err == nil && c.RetryMax < c.RetryBase {
@@ -81,6 +83,12 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 	if r.err == nil && time.Duration(c.ClaimSize)*c.HandlerTimeout > c.Lease {
 		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s = %s)",
 			c.Lease, c.ClaimSize, c.HandlerTimeout, time.Duration(c.ClaimSize)*c.HandlerTimeout)
+	}
+	// The relay keeps a fifth of the lease for the claim and the settle
+	// (outbox.LeaseMargin); only a claim size of 1 can break this rule alone.
+	if r.err == nil && c.HandlerTimeout > c.Lease-c.Lease/5 {
+		r.fail("OUTBOX_LEASE", "%s leaves less than a fifth of itself beyond OUTBOX_HANDLER_TIMEOUT (%s) for the claim and the settle",
+			c.Lease, c.HandlerTimeout)
 	}
 	return c, r.err
 }
@@ -160,6 +168,19 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 		r.fail(name, "%q must be positive", v)
 	}
 	return d
+}
+
+func (r *reader) boolean(name string, def bool) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "%q is not a boolean (true or false)", v)
+		return def
+	}
+	return b
 }
 
 func (r *reader) positiveInt(name string, def int) int {

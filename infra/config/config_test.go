@@ -40,7 +40,28 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, 5*time.Second, c.RetryBase)
 		require.Equal(t, 15*time.Minute, c.RetryMax)
 		require.Equal(t, 168*time.Hour, c.ProcessedRetention)
+		require.True(t, c.OutboxNotify)
 		require.Equal(t, time.Hour, c.CleanupInterval)
+	})
+
+	t.Run("OUTBOX_NOTIFY=false turns the LISTEN off", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["OUTBOX_NOTIFY"] = "false"
+		c, err := config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+		require.False(t, c.OutboxNotify)
+	})
+
+	t.Run("rejects a handler timeout that leaves no margin in the lease, naming OUTBOX_LEASE", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["OUTBOX_CLAIM_SIZE"], kv["OUTBOX_HANDLER_TIMEOUT"], kv["OUTBOX_LEASE"] = "1", "30s", "30s"
+		_, err := config.LoadLabeling(env(kv))
+		require.ErrorContains(t, err, "OUTBOX_LEASE: 30s leaves less than a fifth")
+		kv["OUTBOX_LEASE"] = "37500ms"
+		_, err = config.LoadLabeling(env(kv))
+		require.NoError(t, err, "a fifth of the lease beyond the timeout is enough")
 	})
 
 	bad := []struct {
@@ -57,6 +78,7 @@ func TestLoadLabeling(t *testing.T) {
 		{"lease shorter than claim x timeout", "OUTBOX_LEASE", "4m"},
 		{"retry max under base", "OUTBOX_RETRY_MAX", "1s"},
 		{"bad retention", "OUTBOX_PROCESSED_RETENTION", "a week"},
+		{"non-boolean notify", "OUTBOX_NOTIFY", "maybe"},
 		{"bad cleanup interval", "CLEANUP_INTERVAL", "0s"},
 	}
 	for _, tc := range bad {

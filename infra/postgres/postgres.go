@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,12 +20,23 @@ import (
 	"go.uber.org/fx"
 )
 
+// DefaultMaxConns is the pool size when the URL sets no pool_max_conns: room for
+// the HTTP handlers plus the outbox relay, which holds up to two pool
+// connections at once (its claim loop and its settler) and one of its own for
+// LISTEN. pgx's own default (4, or the CPU count) lets a busy relay starve the
+// API and the API starve the relay.
+const DefaultMaxConns = 12
+
 // Open parses url and returns a pool. It does not wait for the database: a service
 // may start while its database is still coming up, and /readyz tells when it answers.
+// A pool_max_conns in url is honoured; without one the pool holds DefaultMaxConns.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, DefaultMaxConns)
 	}
 	// A dead connection (database restarted, backend terminated) is found and
 	// replaced quickly instead of failing a stream of queries.
