@@ -260,8 +260,12 @@ func (s *settler) flushAll(ctx context.Context) error {
 }
 
 // close stops the background flushes, releases every held row that has no
-// outcome waiting, and flushes everything until ctx ends. It fails when some
-// outcome could not be settled: those rows are reclaimed when their lease ends.
+// outcome waiting, and flushes everything. If the outcomes cannot be settled
+// within half of ctx's time (a row the database refuses to settle fails its
+// whole batch), the rest of the time goes to releasing those rows instead: a
+// lost outcome is only a redelivery, a row left leased waits for its lease.
+// It fails when some row could be neither settled nor released: those are
+// reclaimed when their lease ends.
 func (s *settler) close(ctx context.Context, started bool) error {
 	s.mu.Lock()
 	s.closed = true
@@ -286,7 +290,26 @@ func (s *settler) close(ctx context.Context, started bool) error {
 	}
 	s.r.mu.Unlock()
 	s.add(releases...)
-	err := s.flushAll(ctx)
+
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*settleTimeout)
+		defer cancel()
+	}
+	settleCtx, cancel := context.WithTimeout(ctx, halfOf(ctx, settleTimeout))
+	err := s.flushAll(settleCtx)
+	cancel()
+	if err != nil {
+		s.mu.Lock()
+		unsettled := len(s.pending)
+		for i, o := range s.pending {
+			s.pending[i] = s.r.release(o.job)
+		}
+		s.mu.Unlock()
+		s.r.logger.Warn("outbox relay could not settle its last outcomes; releasing those rows instead",
+			"rows", unsettled, "err", err)
+		err = s.flushAll(ctx)
+	}
 	if len(releases) > 0 {
 		s.r.logger.Info("outbox relay released unsettled claims", "rows", len(releases), "failed", err != nil)
 	}
@@ -294,6 +317,15 @@ func (s *settler) close(ctx context.Context, started bool) error {
 		return fmt.Errorf("outbox: stop: %w", err)
 	}
 	return nil
+}
+
+// halfOf is half the time left before ctx's deadline, or def without one.
+func halfOf(ctx context.Context, def time.Duration) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return def
+	}
+	return time.Until(deadline) / 2
 }
 
 // recordSettled counts a flushed batch and forgets its rows. An outcome whose
