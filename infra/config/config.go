@@ -84,12 +84,6 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s = %s)",
 			c.Lease, c.ClaimSize, c.HandlerTimeout, time.Duration(c.ClaimSize)*c.HandlerTimeout)
 	}
-	// The relay keeps a fifth of the lease for the claim and the settle
-	// (outbox.LeaseMargin); only a claim size of 1 can break this rule alone.
-	if r.err == nil && c.HandlerTimeout > c.Lease-c.Lease/5 {
-		r.fail("OUTBOX_LEASE", "%s leaves less than a fifth of itself beyond OUTBOX_HANDLER_TIMEOUT (%s) for the claim and the settle",
-			c.Lease, c.HandlerTimeout)
-	}
 	return c, r.err
 }
 

@@ -53,16 +53,6 @@ func TestLoadLabeling(t *testing.T) {
 		require.False(t, c.OutboxNotify)
 	})
 
-	t.Run("rejects a handler timeout that leaves no margin in the lease, naming OUTBOX_LEASE", func(t *testing.T) {
-		t.Parallel()
-		kv := base()
-		kv["OUTBOX_CLAIM_SIZE"], kv["OUTBOX_HANDLER_TIMEOUT"], kv["OUTBOX_LEASE"] = "1", "30s", "30s"
-		_, err := config.LoadLabeling(env(kv))
-		require.ErrorContains(t, err, "OUTBOX_LEASE: 30s leaves less than a fifth")
-		kv["OUTBOX_LEASE"] = "37500ms"
-		_, err = config.LoadLabeling(env(kv))
-		require.NoError(t, err, "a fifth of the lease beyond the timeout is enough")
-	})
 
 	bad := []struct {
 		name, variable, value string

@@ -7,9 +7,10 @@ import (
 )
 
 // Config tunes a relay. Claim size × handler timeout must not exceed the lease
-// (the contract's rule), and the handler timeout must leave a fifth of the lease
-// for the claim and the settle (LeaseMargin), so that every row is settled or
-// released before its lease runs out even if its handler hits the timeout.
+// (the contract's rule). Beyond it, the relay keeps a fifth of every lease for
+// the claim and the settle (LeaseMargin): a dispatch is cut off at the handler
+// timeout or a margin before its lease ends, whichever comes first, so every
+// row is settled or released before its lease runs out.
 type Config struct {
 	PollInterval       time.Duration // wake period; failed ticks back off from it (doubling, up to 30× it and at most 30s)
 	ClaimSize          int           // rows claimed per statement; also the rows in flight at once per relay, and its workers
@@ -32,10 +33,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// LeaseMargin is the part of the lease kept for the claim and the settle: the
-// handler timeout may be at most Lease − LeaseMargin(Lease). The relay also
-// enforces it per row: a row's dispatch is cut off a margin before its lease
-// ends, and a row that waited that long for a worker is released undispatched.
+// LeaseMargin is the part of the lease kept for the claim and the settle. The
+// relay enforces it per row: a row's dispatch is cut off a margin before its
+// lease ends (a handler timeout above Lease − LeaseMargin is shortened to it),
+// and a row that waited that long for a worker is released undispatched.
 func LeaseMargin(lease time.Duration) time.Duration { return lease / 5 }
 
 func (c Config) validate() error {
@@ -60,9 +61,6 @@ func (c Config) validate() error {
 		if c.HandlerTimeout > c.Lease/time.Duration(c.ClaimSize) {
 			errs = append(errs, fmt.Errorf("claim size × handler timeout (%d × %s) exceeds the lease (%s)",
 				c.ClaimSize, c.HandlerTimeout, c.Lease))
-		} else if c.HandlerTimeout > c.Lease-LeaseMargin(c.Lease) {
-			errs = append(errs, fmt.Errorf("handler timeout (%s) leaves less than a fifth of the lease (%s) for the claim and the settle",
-				c.HandlerTimeout, c.Lease))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -92,6 +92,12 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		abandon:    abandon,
 	}
 	r.settler = newSettler(r)
+	if limit := cfg.Lease - LeaseMargin(cfg.Lease); cfg.HandlerTimeout > limit {
+		// Accepted (the contract's rule holds), but not as asked: the settle
+		// needs its part of the lease.
+		r.logger.Warn("outbox handler timeout leaves less than a fifth of the lease for the claim and the settle; dispatches are cut off sooner",
+			"handler_timeout", cfg.HandlerTimeout, "lease", cfg.Lease, "cut_off_after", limit)
+	}
 	return r, nil
 }
 

@@ -137,14 +137,26 @@ func TestRelaySettleFailures(t *testing.T) {
 	})
 }
 
-func TestNewRelayLeaseMargin(t *testing.T) {
+func TestRelayLeaseMargin(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	cfg := testConfig()
-	cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, 30*time.Second, 30*time.Second
-	_, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
-	require.ErrorContains(t, err, "handler timeout (30s) leaves less than a fifth of the lease (30s) for the claim and the settle")
-	cfg.Lease = 37500 * time.Millisecond
-	_, err = outbox.NewRelay(db.Pool, cfg, nil, nil)
+	// The contract's rule holds (1 × 1s ≤ 1s) but leaves no time to settle.
+	cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, time.Second, time.Second
+	left := make(chan time.Duration, 1)
+	r := newRelay(t, db.Pool, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
+		deadline, _ := ctx.Deadline()
+		left <- time.Until(deadline)
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	id := appendEvents(t, db.Pool, thing{N: 1})[0]
+	n, err := r.RunOnce(ctxT(t))
 	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.LessOrEqual(t, <-left, cfg.Lease-outbox.LeaseMargin(cfg.Lease), "the dispatch is cut off a margin before the lease ends")
+	got := getRow(t, db.Pool, id)
+	require.Nil(t, got.ClaimedUntil, "settled by this relay, within its lease")
+	require.Equal(t, 1, got.Attempts)
+	require.Contains(t, *got.LastError, "deadline exceeded")
 }
