@@ -53,7 +53,6 @@ func TestLoadLabeling(t *testing.T) {
 		require.False(t, c.OutboxNotify)
 	})
 
-
 	bad := []struct {
 		name, variable, value string
 	}{
