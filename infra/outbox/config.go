@@ -21,11 +21,12 @@ type Config struct {
 	RetryMax           time.Duration // cap of the durable delay
 	ProcessedRetention time.Duration // processed rows older than this are deleted
 
-	// Notify makes the relay LISTEN for the notification that every append sends
-	// at commit (from the trigger of migration 00003), so a row appended by any
-	// replica is claimed at once. Off, the relay finds other replicas' rows at
-	// its next poll. It needs a session that can LISTEN: turn it off behind a
-	// pooler in transaction mode (PgBouncer).
+	// Notify makes relays tell each other about appends: Nudge also sends a
+	// pg_notify (after the appending commit), and the relay LISTENs on a
+	// connection of its own, so a row appended on any replica is claimed at
+	// once by a relay with a free slot. Off, a relay finds other replicas' rows
+	// at its next poll. LISTEN needs a session: turn it off behind a pooler in
+	// transaction mode (PgBouncer).
 	Notify bool
 
 	// Now is the relay's clock (nil means time.Now). Tests move it forward to make

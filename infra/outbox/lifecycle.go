@@ -33,9 +33,10 @@ type Relay struct {
 	now     func() time.Time
 	settler *settler
 
-	nudge chan struct{} // size 1: a pending wake-up is never lost and Nudge never blocks
-	freed chan struct{} // size 1: a slot was freed
-	queue chan job      // claimed rows for the workers
+	nudge     chan struct{} // size 1: a pending wake-up is never lost and Nudge never blocks
+	broadcast chan struct{} // size 1: a Nudge to pass on to the other relays
+	freed     chan struct{} // size 1: a slot was freed
+	queue     chan job      // claimed rows for the workers
 
 	mu       sync.Mutex
 	started  bool
@@ -82,6 +83,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		logger:     logger.With("component", "outbox.relay"),
 		now:        now,
 		nudge:      make(chan struct{}, 1),
+		broadcast:  make(chan struct{}, 1),
 		freed:      make(chan struct{}, 1),
 		queue:      make(chan job, cfg.ClaimSize),
 		held:       make(map[uuid.UUID]job),
@@ -198,8 +200,17 @@ func releaseBudget(ctx context.Context) time.Duration {
 	return min(stopReserve, max(time.Until(deadline)/5, 10*time.Millisecond))
 }
 
-// Nudge wakes the relay at once. It never blocks.
-func (r *Relay) Nudge() { signal(r.nudge) }
+// Nudge wakes the relay at once and, with Config.Notify, every other relay on the
+// table (the appending commit must be done). It never blocks.
+func (r *Relay) Nudge() {
+	signal(r.nudge)
+	if r.cfg.Notify {
+		signal(r.broadcast)
+	}
+}
+
+// wake wakes this relay only.
+func (r *Relay) wake() { signal(r.nudge) }
 
 func (r *Relay) free() int {
 	r.mu.Lock()
