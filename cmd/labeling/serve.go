@@ -35,6 +35,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger)
 				RetryBase:          cfg.RetryBase,
 				RetryMax:           cfg.RetryMax,
 				ProcessedRetention: cfg.ProcessedRetention,
+				Notify:             cfg.OutboxNotify,
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
 			authn,

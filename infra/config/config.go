@@ -30,6 +30,7 @@ type Labeling struct {
 	RetryBase          time.Duration
 	RetryMax           time.Duration
 	ProcessedRetention time.Duration
+	OutboxNotify       bool // OUTBOX_NOTIFY: the relay LISTENs for appends of other replicas
 	CleanupInterval    time.Duration
 
 	Bounds
@@ -70,7 +71,7 @@ var (
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "BILLING_URL",
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
-		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
+		"OUTBOX_PROCESSED_RETENTION", "OUTBOX_NOTIFY", "CLEANUP_INTERVAL",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
@@ -119,6 +120,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second, maxOutboxDuration),
 		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute, maxDuration),
 		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour, maxDuration),
+		OutboxNotify:       r.boolean("OUTBOX_NOTIFY", true),
 		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
 		Bounds:             r.bounds(),
 	}
@@ -184,7 +186,7 @@ type Auth struct {
 // AUTH_AUDIENCE is set: an unset variable must never leave the API open.
 func LoadAuth(lookup Lookup) (Auth, error) {
 	r := reader{lookup: lookup}
-	c := Auth{Disabled: r.boolean("AUTH_DISABLED")}
+	c := Auth{Disabled: r.boolean("AUTH_DISABLED", false)}
 	jwks := r.str("AUTH_JWKS_URL", "")
 	switch {
 	case r.err != nil:
@@ -270,14 +272,15 @@ func (r *reader) duration(name string, def, limit time.Duration) time.Duration {
 	return d
 }
 
-func (r *reader) boolean(name string) bool {
+func (r *reader) boolean(name string, def bool) bool {
 	v := r.str(name, "")
 	if v == "" {
-		return false
+		return def
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		r.fail(name, "%q is not true or false", v)
+		r.fail(name, "%q is not a boolean (true or false)", v)
+		return def
 	}
 	return b
 }

@@ -41,7 +41,17 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, 5*time.Second, c.RetryBase)
 		require.Equal(t, 15*time.Minute, c.RetryMax)
 		require.Equal(t, 168*time.Hour, c.ProcessedRetention)
+		require.True(t, c.OutboxNotify)
 		require.Equal(t, time.Hour, c.CleanupInterval)
+	})
+
+	t.Run("OUTBOX_NOTIFY=false turns the LISTEN off", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["OUTBOX_NOTIFY"] = "false"
+		c, err := config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+		require.False(t, c.OutboxNotify)
 	})
 
 	bad := []struct {
@@ -58,6 +68,7 @@ func TestLoadLabeling(t *testing.T) {
 		{"lease shorter than claim x timeout", "OUTBOX_LEASE", "4m"},
 		{"retry max under base", "OUTBOX_RETRY_MAX", "1s"},
 		{"bad retention", "OUTBOX_PROCESSED_RETENTION", "a week"},
+		{"non-boolean notify", "OUTBOX_NOTIFY", "maybe"},
 		{"bad cleanup interval", "CLEANUP_INTERVAL", "0s"},
 		{"a claim size whose product with the timeout overflows", "OUTBOX_CLAIM_SIZE", "307445735"},
 		{"an absurd claim size", "OUTBOX_CLAIM_SIZE", "1001"},

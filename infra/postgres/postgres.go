@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,6 +20,13 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	"go.uber.org/fx"
 )
+
+// DefaultMaxConns is the pool size when the URL sets no pool_max_conns: room for
+// the HTTP handlers plus the outbox relay, which holds up to two pool
+// connections at once (its claim loop and its settler) and one of its own for
+// LISTEN. pgx's own default (4, or the CPU count) lets a busy relay starve the
+// API and the API starve the relay.
+const DefaultMaxConns = 12
 
 // Bounds are the limits every pooled connection starts with (0 leaves the server's
 // setting). A statement or a lock wait over its bound fails with a PostgreSQL error
@@ -46,6 +54,9 @@ func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, erro
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, DefaultMaxConns)
 	}
 	// A dead connection (database restarted, backend terminated) is found and
 	// replaced quickly instead of failing a stream of queries.
