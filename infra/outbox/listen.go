@@ -70,7 +70,7 @@ func (r *Relay) listenOnce(ctx context.Context, failures *int) error {
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		conn.Close(closeCtx) //nolint:errcheck // the connection is dropped either way
+		conn.Close(closeCtx) // the connection is dropped either way
 	}()
 	// A broadcast is a hint: it need not wait for its commit to reach disk.
 	if _, err := conn.Exec(connectCtx, "SET synchronous_commit = off"); err != nil {
