@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"net"
 	"net/url"
@@ -38,13 +39,28 @@ type binary struct {
 var binaries = map[string]binary{
 	"labeling": {
 		vars: config.LabelingVars,
-		load: func(l config.Lookup) error { _, err := config.LoadLabeling(l); return err },
+		load: func(l config.Lookup) error { return loadAll(l, config.LoadLabeling) },
 	},
 	"billing": {
 		vars: config.BillingVars,
-		load: func(l config.Lookup) error { _, err := config.LoadBilling(l); return err },
+		load: func(l config.Lookup) error { return loadAll(l, config.LoadBilling) },
 	},
 }
+
+// loadAll loads what serve loads: the service's variables and the AUTH_* ones.
+func loadAll[C any](l config.Lookup, load func(config.Lookup) (C, error)) error {
+	if _, err := load(l); err != nil {
+		return err
+	}
+	_, err := config.LoadAuth(l)
+	return err
+}
+
+// infra names the services that run no binary of ours.
+var infra = []string{"postgres", issuerService, "nats"}
+
+// issuerService is the development token issuer.
+const issuerService = "oauth"
 
 type bundle struct {
 	project    *types.Project
@@ -80,7 +96,7 @@ func setupFiles(t *testing.T, files []string, env ...string) bundle {
 		cli.WithEnv(env),
 	)
 	require.NoError(t, err)
-	project, err := cli.ProjectFromOptions(context.Background(), opts)
+	project, err := opts.LoadProject(context.Background())
 	require.NoError(t, err, "docker-compose.yml does not load")
 
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
@@ -108,7 +124,7 @@ func (b bundle) apps(t *testing.T) map[string]types.ServiceConfig {
 				continue
 			}
 		}
-		require.Contains(t, []string{"postgres", "nats"}, name, "service %s runs none of our binaries", name)
+		require.Contains(t, infra, name, "service %s runs none of our binaries", name)
 	}
 	require.Len(t, apps, len(binaries), "docker-compose.yml must run each binary once")
 	return apps
@@ -278,12 +294,92 @@ func composeChecks(t *testing.T, variant string, files []string) {
 			}
 		}
 		apps := b.apps(t)
-		deps := []string{"postgres"}
+		deps := []string{"postgres", issuerService}
 		if variant == "nats" {
 			deps = append(deps, "nats")
 		}
 		require.ElementsMatch(t, deps, keys(apps["billing"].DependsOn))
 		require.ElementsMatch(t, append(deps, apps["billing"].Name), keys(apps["labeling"].DependsOn))
+	})
+
+	t.Run("auth is on, the same on both sides, and agrees with the issuer service", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		apps := b.apps(t)
+		iss, ok := b.project.Services[issuerService]
+		require.True(t, ok, "no %s service", issuerService)
+		issEnv := env(iss)
+		port := issEnv["SERVER_PORT"]
+		require.NotEmpty(t, port, "%s: SERVER_PORT", issuerService)
+		published := slices.ContainsFunc(iss.Ports, func(p types.ServicePortConfig) bool {
+			return p.Published == port && strconv.Itoa(int(p.Target)) == port
+		})
+		require.True(t, published, "%s must publish %s as %s:%s: a token's iss carries the port the client used", issuerService, port, port, port)
+
+		var cfg struct {
+			TokenCallbacks []struct {
+				IssuerID        string `json:"issuerId"`
+				RequestMappings []struct {
+					Claims struct {
+						Aud    []string `json:"aud"`
+						OrgIDs []string `json:"org_ids"`
+					} `json:"claims"`
+				} `json:"requestMappings"`
+			} `json:"tokenCallbacks"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(issEnv["JSON_CONFIG"]), &cfg), "%s: JSON_CONFIG", issuerService)
+		require.Len(t, cfg.TokenCallbacks, 1)
+		cb := cfg.TokenCallbacks[0]
+
+		lab, bill := env(apps["labeling"]), env(apps["billing"])
+		for _, name := range config.AuthVars {
+			require.Equal(t, lab[name], bill[name], "%s differs between the services", name)
+		}
+		for _, svc := range apps {
+			e := env(svc)
+			require.Contains(t, []string{"", "false"}, e["AUTH_DISABLED"], "%s: auth must be on in docker-compose.yml", svc.Name)
+			u, err := url.Parse(e["AUTH_JWKS_URL"])
+			require.NoError(t, err)
+			require.Equal(t, issuerService, u.Hostname(), "%s: AUTH_JWKS_URL must name the issuer service (fetched inside compose)", svc.Name)
+			require.Equal(t, port, u.Port(), "%s: AUTH_JWKS_URL port", svc.Name)
+			require.Equal(t, "/"+cb.IssuerID+"/jwks", u.Path, "%s: AUTH_JWKS_URL path", svc.Name)
+			require.Equal(t, "http://localhost:"+port+"/"+cb.IssuerID, e["AUTH_ISSUER"],
+				"%s: AUTH_ISSUER must be the iss of a token fetched from the host, as the README does", svc.Name)
+			require.Contains(t, svc.DependsOn, issuerService, svc.Name)
+		}
+		require.NotEmpty(t, cb.RequestMappings)
+		for _, m := range cb.RequestMappings {
+			require.Contains(t, m.Claims.Aud, lab["AUTH_AUDIENCE"], "every token the issuer hands out must carry AUTH_AUDIENCE")
+			require.NotEmpty(t, m.Claims.OrgIDs)
+			for _, id := range m.Claims.OrgIDs {
+				require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`, id)
+			}
+		}
+
+		readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+		require.NoError(t, err)
+		require.True(t, strings.Contains(string(readme), lab["AUTH_ISSUER"]+"/token"),
+			"the README's walk-through must get its token from %s/token", lab["AUTH_ISSUER"])
+	})
+
+	t.Run("the issuer's health check runs a file that exists", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		iss := b.project.Services[issuerService]
+		require.NotNil(t, iss.HealthCheck)
+		test := iss.HealthCheck.Test
+		require.GreaterOrEqual(t, len(test), 4)
+		require.Equal(t, []string{"CMD", "java"}, []string(test[:2]), "the image has no shell")
+		mounted := false
+		for _, v := range iss.Volumes {
+			if v.Target == test[2] {
+				require.Equal(t, types.VolumeTypeBind, v.Type)
+				require.FileExists(t, v.Source)
+				mounted = true
+			}
+		}
+		require.True(t, mounted, "%s is not mounted into %s", test[2], issuerService)
+		require.Contains(t, test[3], "127.0.0.1:"+env(iss)["SERVER_PORT"]+"/isalive")
 	})
 
 	t.Run("postgres keeps its data in a named volume and creates the databases on first start", func(t *testing.T) {

@@ -273,6 +273,7 @@ func (p *proc) restart(t *testing.T) {
 func (p *proc) start(failpoints string) error {
 	env := maps.Clone(p.env)
 	env["HTTP_ADDR"] = p.addr
+	env["AUTH_DISABLED"] = "true" // the crash suite is about delivery, not authentication
 	if failpoints != "" {
 		env["FAILPOINTS"] = failpoints
 	}
@@ -480,12 +481,12 @@ func (c *cluster) send(ctx context.Context, base, method, path string, body any)
 	c.mu.Unlock()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %v", errTransport, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", errTransport, method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %v", errTransport, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %w", errTransport, method, path, err)
 	}
 	return resp.StatusCode, b, nil
 }

@@ -37,7 +37,7 @@ func natsConsumer(cfg config.Billing) fx.Option {
 
 // natsFailed prints billing_nats_failed, one message a line, tab-separated:
 // stream_seq, subject, msg_id, deliveries, failed_at (RFC 3339), reason.
-func natsFailed(cfg config.Billing, stdout io.Writer) error {
+func natsFailed(cfg config.Command, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)

@@ -6,25 +6,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
 )
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
-// the outbox relay and cleanup, and the rules API.
-func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
+// the outbox relay and cleanup, and the rules API behind authentication.
+func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(
 			logger,
-			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling},
-			web.Config{Addr: cfg.HTTPAddr},
+			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
+			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			outbox.Config{
 				PollInterval:       cfg.PollInterval,
 				ClaimSize:          cfg.ClaimSize,
@@ -34,15 +36,20 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 				RetryBase:          cfg.RetryBase,
 				RetryMax:           cfg.RetryMax,
 				ProcessedRetention: cfg.ProcessedRetention,
+				Notify:             cfg.OutboxNotify,
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
+			authn,
 		),
 		transport(cfg, logger),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,
-		outbox.Module,
-		retention.Module,
+		auth.Module,
+		// Each background component stops within its own share of the budget,
+		// after the HTTP server has drained (service.Run stops the server first).
+		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),
+		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
 		labeling.Module,
 	)
 }
@@ -95,4 +102,9 @@ func subscribers(billing *delivery.Client) []outbox.Subscriber {
 		delivery.Subscriber[labeling.RuleActivated](billing),
 		delivery.Subscriber[labeling.RuleDeactivated](billing),
 	}
+}
+
+// dbBounds are the pool's bounds from the configuration.
+func dbBounds(b config.Bounds) postgres.Bounds {
+	return postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
 }
