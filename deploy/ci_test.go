@@ -123,7 +123,7 @@ func TestSmokeScript(t *testing.T) {
 		t.Parallel()
 		script := strings.Join(shellCommands(read(t, path)), "\n")
 		steps := readmeCurlSteps(t)
-		require.Len(t, steps, 7, "the Quick start's steps: create, activate, quota, deactivate, quota, replay, conflict")
+		require.Len(t, steps, 9, "the Quick start's steps: create, activate, quota, deactivate, quota, replay, conflict, no token, another org")
 		for _, step := range steps {
 			require.Contains(t, script, step)
 		}
