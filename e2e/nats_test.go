@@ -56,7 +56,7 @@ func findNATSServer() (string, error) {
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("no nats-server (set NATS_SERVER_BIN, install it, or let go build it): %v\n%s", err, out)
+		return "", fmt.Errorf("no nats-server (set NATS_SERVER_BIN, install it, or let go build it): %w\n%s", err, out)
 	}
 	return bin, nil
 }

@@ -23,7 +23,7 @@ func TestNATS(t *testing.T) {
 		require.NoError(t, err)
 		dead := l.Addr().String()
 		require.NoError(t, l.Close())
-		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN=x", "HTTP_ADDR=127.0.0.1:0", "NATS_URL=nats://"+dead))
+		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN=x", "HTTP_ADDR=127.0.0.1:0", "NATS_URL=nats://"+dead, "AUTH_DISABLED=true"))
 		client := &http.Client{Timeout: 5 * time.Second}
 		require.Eventually(t, func() bool {
 			resp, err := client.Get("http://" + s.addr + "/readyz")
