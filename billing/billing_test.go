@@ -20,6 +20,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/apitest"
+	"github.com/acme/outboxpair/infra/auth/authtest"
 	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
@@ -31,6 +32,7 @@ type bundle struct {
 	pool *pgxpool.Pool
 	svc  *billing.Service
 	e    *echo.Echo
+	iss  *authtest.Issuer
 }
 
 func setup(t testing.TB) *bundle {
@@ -46,8 +48,11 @@ func setupPool(t testing.TB, pool *pgxpool.Pool) *bundle {
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, pool)
-	h.Register(e)
-	return &bundle{pool: pool, svc: svc, e: e}
+	// Authentication is on, as in production: quotaHTTP sends a valid token for
+	// the org it asks about (auth_test.go attacks it).
+	iss := authtest.New(t)
+	h.Register(e, iss.Guard(t, nil))
+	return &bundle{pool: pool, svc: svc, e: e, iss: iss}
 }
 
 // event is a delivery body.
@@ -84,7 +89,9 @@ func (b *bundle) deliver(t testing.TB, body string, edit ...func(*http.Request))
 
 func (b *bundle) quotaHTTP(t testing.TB, org string) *httptest.ResponseRecorder {
 	t.Helper()
-	return apitest.Do(t, b.e, httptest.NewRequest(http.MethodGet, "/v1/orgs/"+org+"/quota", nil))
+	req := httptest.NewRequest(http.MethodGet, "/v1/orgs/"+org+"/quota", nil)
+	req.Header.Set(echo.HeaderAuthorization, "Bearer "+b.iss.ForPath(t, req.URL.Path))
+	return apitest.Do(t, b.e, req)
 }
 
 // activeRules reads billing_quota directly; nil when the org has no row.
@@ -327,7 +334,7 @@ func TestDeliverRejected(t *testing.T) {
 			edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", uuid.NewString()) }},
 		{name: "an Idempotency-Key that is not a UUID", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`),
 			edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc") }},
-		{name: "an unknown type with a malformed envelope", body: fmt.Sprintf(`{"id":"nope","type":"RuleRenamed","occurredAt":1,"payload":{}}`)},
+		{name: "an unknown type with a malformed envelope", body: `{"id":"nope","type":"RuleRenamed","occurredAt":1,"payload":{}}`},
 		{name: "a body over 64 KiB", status: http.StatusRequestEntityTooLarge,
 			body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `","pad":"` + strings.Repeat("x", 70<<10) + `"}`)},
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/web"
@@ -36,10 +37,11 @@ func NewHandler(svc *Service, cfg Config) (*Handler, error) {
 	return &Handler{svc: svc, token: sha256.Sum256([]byte(cfg.EventsToken))}, nil
 }
 
-// Register adds billing's routes to e.
-func (h *Handler) Register(e *echo.Echo) {
+// Register adds billing's routes to e. The quota is behind guard's check that the
+// caller's token covers the path's org; event delivery keeps EVENTS_TOKEN.
+func (h *Handler) Register(e *echo.Echo, guard *auth.Guard) {
 	e.POST("/internal/v1/events", h.deliver)
-	e.GET("/v1/orgs/:orgId/quota", h.quota)
+	e.GET("/v1/orgs/:orgId/quota", h.quota, guard.Org("orgId", nil))
 }
 
 // deliver applies one delivered event. It answers 204 only after the commit, for a

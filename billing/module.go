@@ -4,19 +4,20 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/retention"
 )
 
 // Module provides billing's use cases and routes and registers the retention of
 // billing_receipts with the cleanup. The app supplies Config, *pgxpool.Pool,
-// *slog.Logger and the *echo.Echo (web.Module).
+// *slog.Logger, the *echo.Echo (web.Module) and the *auth.Guard (auth.Module).
 var Module = fx.Module("billing",
 	fx.Provide(
 		NewService,
 		NewHandler,
 		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),
 	),
-	fx.Invoke(func(e *echo.Echo, h *Handler) { h.Register(e) }),
+	fx.Invoke(func(e *echo.Echo, h *Handler, g *auth.Guard) { h.Register(e, g) }),
 )
 
 // ReceiptsRetention is the retention of billing_receipts: receipts older than

@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"net"
 	"net/url"
@@ -38,13 +39,28 @@ type binary struct {
 var binaries = map[string]binary{
 	"labeling": {
 		vars: config.LabelingVars,
-		load: func(l config.Lookup) error { _, err := config.LoadLabeling(l); return err },
+		load: func(l config.Lookup) error { return loadAll(l, config.LoadLabeling) },
 	},
 	"billing": {
 		vars: config.BillingVars,
-		load: func(l config.Lookup) error { _, err := config.LoadBilling(l); return err },
+		load: func(l config.Lookup) error { return loadAll(l, config.LoadBilling) },
 	},
 }
+
+// loadAll loads what serve loads: the service's variables and the AUTH_* ones.
+func loadAll[C any](l config.Lookup, load func(config.Lookup) (C, error)) error {
+	if _, err := load(l); err != nil {
+		return err
+	}
+	_, err := config.LoadAuth(l)
+	return err
+}
+
+// infra names the services that run no binary of ours.
+var infra = []string{"postgres", issuerService, "nats"}
+
+// issuerService is the development token issuer.
+const issuerService = "oauth"
 
 type bundle struct {
 	project    *types.Project
@@ -53,17 +69,34 @@ type bundle struct {
 	databases  []string // created by the postgres init script
 }
 
+// composeVariants are the ways to run the pair: docker-compose.yml alone (HTTP,
+// the default) and with the override that switches it to NATS JetStream.
+var composeVariants = map[string][]string{
+	"http": {"docker-compose.yml"},
+	"nats": {"docker-compose.yml", "docker-compose.nats.yml"},
+}
+
 // setup loads docker-compose.yml as `docker compose` would, with env as the only
 // environment (no shell variables, no .env), and parses the files it points at.
 func setup(t *testing.T, env ...string) bundle {
 	t.Helper()
+	return setupFiles(t, composeVariants["http"], env...)
+}
+
+// setupFiles is setup for the compose files given, in `-f` order.
+func setupFiles(t *testing.T, files []string, env ...string) bundle {
+	t.Helper()
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(root, f)
+	}
 	opts, err := cli.NewProjectOptions(
-		[]string{filepath.Join(root, "docker-compose.yml")},
+		paths,
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv(env),
 	)
 	require.NoError(t, err)
-	project, err := cli.ProjectFromOptions(context.Background(), opts)
+	project, err := opts.LoadProject(context.Background())
 	require.NoError(t, err, "docker-compose.yml does not load")
 
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
@@ -91,7 +124,7 @@ func (b bundle) apps(t *testing.T) map[string]types.ServiceConfig {
 				continue
 			}
 		}
-		require.Equal(t, "postgres", name, "service %s runs none of our binaries", name)
+		require.Contains(t, infra, name, "service %s runs none of our binaries", name)
 	}
 	require.Len(t, apps, len(binaries), "docker-compose.yml must run each binary once")
 	return apps
@@ -109,10 +142,55 @@ func env(svc types.ServiceConfig) map[string]string {
 
 func TestCompose(t *testing.T) {
 	t.Parallel()
+	for variant, files := range composeVariants {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			composeChecks(t, variant, files)
+		})
+	}
+
+	t.Run("http: the default delivers over HTTP and runs no NATS", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		apps := b.apps(t)
+		require.NotContains(t, b.project.Services, "nats")
+		require.Equal(t, "http", env(apps["labeling"])["EVENTS_TRANSPORT"])
+		require.Empty(t, env(apps["labeling"])["NATS_URL"])
+		require.Empty(t, env(apps["billing"])["NATS_URL"], "billing consumes no stream")
+	})
+
+	t.Run("nats: the override runs JetStream on a volume and points both services at it", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, composeVariants["nats"])
+		apps := b.apps(t)
+		ns, ok := b.project.Services["nats"]
+		require.True(t, ok, "the override adds the nats service")
+		require.Contains(t, []string(ns.Command), "-js", "JetStream must be enabled")
+		sd := slices.Index([]string(ns.Command), "-sd")
+		require.Positive(t, sd, "the store directory must be set")
+		store := ns.Command[sd+1]
+		onVolume := slices.ContainsFunc(ns.Volumes, func(v types.ServiceVolumeConfig) bool {
+			return v.Target == store && v.Type == types.VolumeTypeVolume && b.project.Volumes[v.Source].Name != ""
+		})
+		require.True(t, onVolume, "the JetStream store %s must be a named volume", store)
+
+		lab, bill := env(apps["labeling"]), env(apps["billing"])
+		require.Equal(t, "nats", lab["EVENTS_TRANSPORT"])
+		require.Equal(t, lab["NATS_URL"], bill["NATS_URL"], "both sides use the same server")
+		u, err := url.Parse(lab["NATS_URL"])
+		require.NoError(t, err)
+		require.Equal(t, "nats", u.Scheme)
+		require.Equal(t, ns.Name, u.Hostname(), "NATS_URL names the nats service")
+		require.Equal(t, "4222", u.Port(), "the server's default client port")
+	})
+}
+
+// composeChecks are the checks every compose variant must pass.
+func composeChecks(t *testing.T, variant string, files []string) {
 
 	t.Run("every variable set is one the service reads, and every one it reads is set", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			vars := binaries[bin].vars
 			for name := range svc.Environment {
@@ -126,7 +204,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("the required variables are set and not empty", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for _, svc := range b.apps(t) {
 			e := env(svc)
 			for _, name := range config.Required {
@@ -137,7 +215,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("each service's environment loads without error", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			e := env(svc)
 			err := binaries[bin].load(func(name string) (string, bool) { v, ok := e[name]; return v, ok })
@@ -147,14 +225,14 @@ func TestCompose(t *testing.T) {
 
 	t.Run("EVENTS_TOKEN is the same on both sides", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		apps := b.apps(t)
 		require.Equal(t, env(apps["labeling"])["EVENTS_TOKEN"], env(apps["billing"])["EVENTS_TOKEN"])
 	})
 
 	t.Run("EVENTS_TOKEN from the shell reaches both sides", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "EVENTS_TOKEN=from-the-shell")
+		b := setupFiles(t, files, "EVENTS_TOKEN=from-the-shell")
 		for _, svc := range b.apps(t) {
 			require.Equal(t, "from-the-shell", env(svc)["EVENTS_TOKEN"], svc.Name)
 		}
@@ -162,7 +240,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("BILLING_URL names the billing service and its port", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		apps := b.apps(t)
 		u, err := url.Parse(env(apps["labeling"])["BILLING_URL"])
 		require.NoError(t, err)
@@ -172,7 +250,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("each service publishes the port it listens on", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for _, svc := range b.apps(t) {
 			port := listenPort(t, svc)
 			published := slices.ContainsFunc(svc.Ports, func(p types.ServicePortConfig) bool {
@@ -184,7 +262,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("each DATABASE_URL is its own database created by the init script", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		seen := map[string]string{}
 		for _, svc := range b.apps(t) {
 			u, err := url.Parse(env(svc)["DATABASE_URL"])
@@ -199,7 +277,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("every service has a health check", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for name, svc := range b.project.Services {
 			require.NotNil(t, svc.HealthCheck, "%s has no healthcheck", name)
 			require.False(t, svc.HealthCheck.Disable, "%s disables its healthcheck", name)
@@ -209,20 +287,104 @@ func TestCompose(t *testing.T) {
 
 	t.Run("every dependency waits for health", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for name, svc := range b.project.Services {
 			for dep, d := range svc.DependsOn {
 				require.Equal(t, types.ServiceConditionHealthy, d.Condition, "%s depends on %s", name, dep)
 			}
 		}
 		apps := b.apps(t)
-		require.ElementsMatch(t, []string{"postgres"}, keys(apps["billing"].DependsOn))
-		require.ElementsMatch(t, []string{"postgres", apps["billing"].Name}, keys(apps["labeling"].DependsOn))
+		deps := []string{"postgres", issuerService}
+		if variant == "nats" {
+			deps = append(deps, "nats")
+		}
+		require.ElementsMatch(t, deps, keys(apps["billing"].DependsOn))
+		require.ElementsMatch(t, append(deps, apps["billing"].Name), keys(apps["labeling"].DependsOn))
+	})
+
+	t.Run("auth is on, the same on both sides, and agrees with the issuer service", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		apps := b.apps(t)
+		iss, ok := b.project.Services[issuerService]
+		require.True(t, ok, "no %s service", issuerService)
+		issEnv := env(iss)
+		port := issEnv["SERVER_PORT"]
+		require.NotEmpty(t, port, "%s: SERVER_PORT", issuerService)
+		published := slices.ContainsFunc(iss.Ports, func(p types.ServicePortConfig) bool {
+			return p.Published == port && strconv.Itoa(int(p.Target)) == port
+		})
+		require.True(t, published, "%s must publish %s as %s:%s: a token's iss carries the port the client used", issuerService, port, port, port)
+
+		var cfg struct {
+			TokenCallbacks []struct {
+				IssuerID        string `json:"issuerId"`
+				RequestMappings []struct {
+					Claims struct {
+						Aud    []string `json:"aud"`
+						OrgIDs []string `json:"org_ids"`
+					} `json:"claims"`
+				} `json:"requestMappings"`
+			} `json:"tokenCallbacks"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(issEnv["JSON_CONFIG"]), &cfg), "%s: JSON_CONFIG", issuerService)
+		require.Len(t, cfg.TokenCallbacks, 1)
+		cb := cfg.TokenCallbacks[0]
+
+		lab, bill := env(apps["labeling"]), env(apps["billing"])
+		for _, name := range config.AuthVars {
+			require.Equal(t, lab[name], bill[name], "%s differs between the services", name)
+		}
+		for _, svc := range apps {
+			e := env(svc)
+			require.Contains(t, []string{"", "false"}, e["AUTH_DISABLED"], "%s: auth must be on in docker-compose.yml", svc.Name)
+			u, err := url.Parse(e["AUTH_JWKS_URL"])
+			require.NoError(t, err)
+			require.Equal(t, issuerService, u.Hostname(), "%s: AUTH_JWKS_URL must name the issuer service (fetched inside compose)", svc.Name)
+			require.Equal(t, port, u.Port(), "%s: AUTH_JWKS_URL port", svc.Name)
+			require.Equal(t, "/"+cb.IssuerID+"/jwks", u.Path, "%s: AUTH_JWKS_URL path", svc.Name)
+			require.Equal(t, "http://localhost:"+port+"/"+cb.IssuerID, e["AUTH_ISSUER"],
+				"%s: AUTH_ISSUER must be the iss of a token fetched from the host, as the README does", svc.Name)
+			require.Contains(t, svc.DependsOn, issuerService, svc.Name)
+		}
+		require.NotEmpty(t, cb.RequestMappings)
+		for _, m := range cb.RequestMappings {
+			require.Contains(t, m.Claims.Aud, lab["AUTH_AUDIENCE"], "every token the issuer hands out must carry AUTH_AUDIENCE")
+			require.NotEmpty(t, m.Claims.OrgIDs)
+			for _, id := range m.Claims.OrgIDs {
+				require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`, id)
+			}
+		}
+
+		readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+		require.NoError(t, err)
+		require.True(t, strings.Contains(string(readme), lab["AUTH_ISSUER"]+"/token"),
+			"the README's walk-through must get its token from %s/token", lab["AUTH_ISSUER"])
+	})
+
+	t.Run("the issuer's health check runs a file that exists", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		iss := b.project.Services[issuerService]
+		require.NotNil(t, iss.HealthCheck)
+		test := iss.HealthCheck.Test
+		require.GreaterOrEqual(t, len(test), 4)
+		require.Equal(t, []string{"CMD", "java"}, []string(test[:2]), "the image has no shell")
+		mounted := false
+		for _, v := range iss.Volumes {
+			if v.Target == test[2] {
+				require.Equal(t, types.VolumeTypeBind, v.Type)
+				require.FileExists(t, v.Source)
+				mounted = true
+			}
+		}
+		require.True(t, mounted, "%s is not mounted into %s", test[2], issuerService)
+		require.Contains(t, test[3], "127.0.0.1:"+env(iss)["SERVER_PORT"]+"/isalive")
 	})
 
 	t.Run("postgres keeps its data in a named volume and creates the databases on first start", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		pg, ok := b.project.Services["postgres"]
 		require.True(t, ok)
 		var data, initScript bool
@@ -245,7 +407,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("the app health checks and commands run binaries the Dockerfile builds", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			require.Equal(t, types.ShellCommand{bin, "serve"}, svc.Command, svc.Name)
 			require.Equal(t, types.HealthCheckTest{"CMD", "/usr/local/bin/" + bin, "healthcheck"}, svc.HealthCheck.Test,

@@ -57,10 +57,26 @@ func TestFailpointExit(t *testing.T) {
 		require.EqualValues(t, 1, c.quota(t, org), "billing's API agrees")
 	}
 
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			failpointScenarios(t, tr, activateOnce, retryAndConverge)
+		})
+	}
+}
+
+// failpointScenarios are TestFailpointExit's cases over transport tr: with
+// nats, the relay's subscriber publishes to JetStream and billing consumes the
+// stream, so a row is settled once the broker acked it, and billing's
+// after-commit point is billing.nats.after-commit (before the ack).
+func failpointScenarios(t *testing.T, tr string,
+	activateOnce func(t *testing.T, c *cluster) (org, id uuid.UUID, activateErr error),
+	retryAndConverge func(t *testing.T, c *cluster, org, id uuid.UUID),
+) {
 	t.Run("labeling killed after the activation commits: the retry answers 200 and the event exists once", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.LabelingActivateAfterCommit
-		c := setup(t, config{labelingFailpoints: point + "=exit"})
+		c := setup(t, config{transport: tr, labelingFailpoints: point + "=exit"})
 		org, id, err := activateOnce(t, c)
 		require.ErrorIs(t, err, errTransport, "the client must see no answer: the process dies before the response")
 		c.lab().requireDiedAt(t, point)
@@ -75,7 +91,7 @@ func TestFailpointExit(t *testing.T) {
 	t.Run("relay killed after the claim: the lease expires and another claim delivers", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.RelayAfterClaim
-		c := setup(t, config{labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
+		c := setup(t, config{transport: tr, labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
 		org, id, err := activateOnce(t, c)
 		if err != nil {
 			t.Logf("the relay claimed before the activation answered: %v", err)
@@ -95,7 +111,7 @@ func TestFailpointExit(t *testing.T) {
 	t.Run("relay killed after billing applied, before the settle: redelivered, applied once", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.RelayAfterDispatch
-		c := setup(t, config{labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
+		c := setup(t, config{transport: tr, labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
 		org, id, err := activateOnce(t, c)
 		if err != nil {
 			t.Logf("the relay dispatched before the activation answered: %v", err)
@@ -105,47 +121,73 @@ func TestFailpointExit(t *testing.T) {
 		rows := c.outboxRows(t)
 		require.Len(t, rows, 1)
 		require.Nil(t, rows[0].ProcessedAt, "died before the settle")
-		require.Equal(t, 1, c.receiptCount(t), "billing applied the delivery")
+		// Over HTTP billing answered before the relay died; over NATS the broker
+		// acked and billing consumes on its own.
+		waitFor(t, 5*time.Second, func() bool { return c.receiptCount(t) == 1 }, "billing applied the delivery")
 
 		c.lab().restart(t)
 		retryAndConverge(t, c, org, id)
-		waitFor(t, 5*time.Second, func() bool { return c.billing.duplicatesSoFar(t) >= 1 },
-			"the unsettled row is delivered again and billing answers it as already applied")
+		if tr == transportNATS {
+			waitFor(t, 5*time.Second, func() bool { return c.lab().duplicatesSoFar(t) >= 1 },
+				"the unsettled row is published again and the broker acks it as a duplicate")
+			require.Zero(t, c.billing.duplicatesSoFar(t), "the broker dropped the republish: billing saw the event once")
+		} else {
+			waitFor(t, 5*time.Second, func() bool { return c.billing.duplicatesSoFar(t) >= 1 },
+				"the unsettled row is delivered again and billing answers it as already applied")
+		}
 	})
 
-	t.Run("billing killed before its commit: nothing applied, the relay retries until applied", func(t *testing.T) {
+	t.Run("billing killed before its commit: nothing applied, delivered again until applied", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.BillingEventsBeforeCommit
-		c := setup(t, config{billingFailpoints: point + "=exit"})
+		c := setup(t, config{transport: tr, billingFailpoints: point + "=exit"})
 		org, id, err := activateOnce(t, c)
 		require.NoError(t, err)
 		c.billing.requireDiedAt(t, point)
 
 		require.Zero(t, c.receiptCount(t), "died before the commit: no receipt")
-		rows := c.outboxRows(t)
-		require.Len(t, rows, 1)
-		require.Nil(t, rows[0].ProcessedAt)
+		requireSettledBy(t, c, tr)
 
 		c.billing.restart(t)
 		retryAndConverge(t, c, org, id)
 	})
 
-	t.Run("billing killed after its commit, before the 204: redelivered, answered as already applied", func(t *testing.T) {
+	t.Run("billing killed after its commit, before its 204 or ack: redelivered, answered as already applied", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.BillingEventsAfterCommit
-		c := setup(t, config{billingFailpoints: point + "=exit"})
+		if tr == transportNATS {
+			point = failpoint.BillingNATSAfterCommit
+		}
+		c := setup(t, config{transport: tr, billingFailpoints: point + "=exit"})
 		org, id, err := activateOnce(t, c)
 		require.NoError(t, err)
 		c.billing.requireDiedAt(t, point)
 
 		require.Equal(t, 1, c.receiptCount(t), "died after the commit: the receipt is stored")
-		rows := c.outboxRows(t)
-		require.Len(t, rows, 1)
-		require.Nil(t, rows[0].ProcessedAt, "labeling never got the 204")
+		requireSettledBy(t, c, tr)
 
 		c.billing.restart(t)
 		retryAndConverge(t, c, org, id)
 		waitFor(t, 5*time.Second, func() bool { return c.billing.duplicatesSoFar(t) >= 1 },
 			"the redelivery reached billing and was answered as already applied")
 	})
+}
+
+// requireSettledBy checks the one row after billing died holding its event:
+// over HTTP labeling never got the 204, so the row is pending and the relay
+// delivers it again; over NATS the row was settled on the broker's ack, and the
+// message waits in the stream for billing's redelivery.
+func requireSettledBy(t *testing.T, c *cluster, tr string) {
+	t.Helper()
+	if tr == transportNATS {
+		waitFor(t, 5*time.Second, func() bool {
+			rows := c.outboxRows(t)
+			require.Len(t, rows, 1)
+			return rows[0].ProcessedAt != nil
+		}, "the row is settled once the broker acked the publish")
+		return
+	}
+	rows := c.outboxRows(t)
+	require.Len(t, rows, 1)
+	require.Nil(t, rows[0].ProcessedAt, "labeling never got the 204")
 }

@@ -46,6 +46,8 @@ type config struct {
 	labelingFailpoints string        // FAILPOINTS of the first start of every labeling process
 	billingFailpoints  string        // FAILPOINTS of billing's first start
 	billingDown        bool          // reserve billing's port but do not start it
+	transport          string        // EVENTS_TRANSPORT: transportHTTP (the default) or transportNATS
+	natsNodes          int           // JetStream servers with transportNATS: 1, or 3 for a cluster (R3 stream)
 }
 
 func (c config) withDefaults() config {
@@ -60,6 +62,12 @@ func (c config) withDefaults() config {
 	}
 	if c.lease == 0 {
 		c.lease = 4 * time.Second
+	}
+	if c.transport == "" {
+		c.transport = transportHTTP
+	}
+	if c.transport == transportNATS && c.natsNodes == 0 {
+		c.natsNodes = 1
 	}
 	if c.maxAttempts == 0 {
 		// Room for about ten seconds of retries at the 500ms cap: longer than any
@@ -78,6 +86,7 @@ type cluster struct {
 	billDB   *pgtest.DB
 	billing  *proc
 	labeling []*proc
+	nats     []*natsNode // the JetStream servers, with transportNATS
 	http     *http.Client
 
 	mu       sync.Mutex
@@ -107,10 +116,23 @@ func setup(t *testing.T, cfg config) *cluster {
 	// dropped; and before any process starts, so it runs after they are all killed.
 	t.Cleanup(c.teardown)
 
-	c.billing = newProc(t, "billing", billingBin, map[string]string{
+	billingEnv := map[string]string{
 		"DATABASE_URL": appURL(t, c.billDB.URL, "e2e-billing"),
 		"EVENTS_TOKEN": eventsToken,
-	})
+	}
+	natsEnv := map[string]string{}
+	if cfg.transport == transportNATS {
+		c.nats = startNATS(t, cfg.natsNodes)
+		// An unacked delivery (billing killed holding it) comes back after 2s.
+		billingEnv["NATS_URL"] = natsURL(c.nats)
+		billingEnv["NATS_ACK_WAIT"] = "2s"
+		natsEnv = map[string]string{
+			"EVENTS_TRANSPORT": transportNATS,
+			"NATS_URL":         natsURL(c.nats),
+			"NATS_REPLICAS":    fmt.Sprint(cfg.natsNodes),
+		}
+	}
+	c.billing = newProc(t, "billing", billingBin, billingEnv)
 	if !cfg.billingDown {
 		c.billing.launch(t, cfg.billingFailpoints)
 	}
@@ -133,6 +155,7 @@ func setup(t *testing.T, cfg config) *cluster {
 			"OUTBOX_PROCESSED_RETENTION": "168h",
 			"CLEANUP_INTERVAL":           "1h",
 		})
+		maps.Copy(p.env, natsEnv)
 		p.launch(t, cfg.labelingFailpoints)
 		c.labeling = append(c.labeling, p)
 	}
@@ -148,14 +171,23 @@ func (c *cluster) teardown() {
 	c.mu.Lock()
 	requests, events := c.requests, c.events
 	c.mu.Unlock()
-	var dups int
+	var dups, brokerDups int
 	for _, p := range procs {
-		dups += p.duplicates
+		if p.bin == billingBin {
+			dups += p.duplicates
+		} else {
+			brokerDups += p.duplicates
+		}
 	}
+	t.Logf("e2e: %s transport: %d duplicates absorbed by receipts, %d by the broker", c.cfg.transport, dups, brokerDups)
 	tally.add(func(s *counts) {
 		s.requests += requests
 		s.events += events
 		s.duplicates += dups
+		s.brokerDuplicates += brokerDups
+		if c.cfg.transport == transportNATS {
+			s.natsScenarios++
+		}
 		if t.Failed() {
 			s.failed = append(s.failed, t.Name())
 		}
@@ -188,13 +220,16 @@ func freeAddr(t *testing.T) string {
 // proc is one service process, restartable on the same address with the same
 // environment. Each start is a proctest.Process of its own.
 type proc struct {
-	t          *testing.T
-	name       string
-	bin        string
-	addr       string
-	env        map[string]string
-	starts     int
-	duplicates int // already-applied deliveries harvested from ended lives (billing)
+	t      *testing.T
+	name   string
+	bin    string
+	addr   string
+	env    map[string]string
+	starts int
+	// duplicates harvested from ended lives: billing's already-applied
+	// deliveries (absorbed by receipts), labeling's duplicate publish acks
+	// (absorbed by the broker's duplicate window).
+	duplicates int
 
 	mu        sync.Mutex
 	life      *proctest.Process // the latest start; nil before the first
@@ -238,6 +273,7 @@ func (p *proc) restart(t *testing.T) {
 func (p *proc) start(failpoints string) error {
 	env := maps.Clone(p.env)
 	env["HTTP_ADDR"] = p.addr
+	env["AUTH_DISABLED"] = "true" // the crash suite is about delivery, not authentication
 	if failpoints != "" {
 		env["FAILPOINTS"] = failpoints
 	}
@@ -247,11 +283,9 @@ func (p *proc) start(failpoints string) error {
 	p.mu.Lock()
 	p.life, p.harvested = life, false
 	p.mu.Unlock()
-	if p.bin == billingBin {
-		// Cleanups run last-in first-out: this one reads the life's counters
-		// before proctest's, registered just before, kills it.
-		p.t.Cleanup(p.harvest)
-	}
+	// Cleanups run last-in first-out: this one reads the life's counters
+	// before proctest's, registered just before, kills it.
+	p.t.Cleanup(p.harvest)
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(readyTimeout)
@@ -340,10 +374,10 @@ func (p *proc) requireDiedAt(t *testing.T, point string) {
 	tally.add(func(s *counts) { s.kills++ })
 }
 
-// harvest adds the already-applied deliveries billing counted in this life to
-// duplicates, once per life, while the process still answers.
+// harvest adds the duplicates this life counted to duplicates, once per life,
+// while the process still answers.
 func (p *proc) harvest() {
-	if p.bin != billingBin || !p.alive() {
+	if !p.alive() {
 		return
 	}
 	p.mu.Lock()
@@ -353,20 +387,31 @@ func (p *proc) harvest() {
 	if done {
 		return
 	}
-	if outcomes, err := p.billingOutcomes(); err == nil {
-		p.duplicates += int(outcomes["already_applied"])
+	if n, err := p.lifeDuplicates(); err == nil {
+		p.duplicates += n
 	}
 }
 
-// duplicatesSoFar is every already-applied delivery of billing: harvested lives
-// plus the running one.
+// lifeDuplicates reads the running life's duplicates: billing's
+// already_applied outcomes, or labeling's duplicate publish acks.
+func (p *proc) lifeDuplicates() (int, error) {
+	if p.bin == billingBin {
+		outcomes, err := p.billingOutcomes()
+		return int(outcomes["already_applied"]), err
+	}
+	outcomes, err := p.counter("nats_publishes_total", "outcome")
+	return int(outcomes["duplicate"]), err
+}
+
+// duplicatesSoFar is every duplicate of the process (see duplicates):
+// harvested lives plus the running one.
 func (p *proc) duplicatesSoFar(t *testing.T) int {
 	t.Helper()
 	n := p.duplicates
 	if p.alive() {
-		outcomes, err := p.billingOutcomes()
+		d, err := p.lifeDuplicates()
 		require.NoError(t, err)
-		n += int(outcomes["already_applied"])
+		n += d
 	}
 	return n
 }
@@ -436,12 +481,12 @@ func (c *cluster) send(ctx context.Context, base, method, path string, body any)
 	c.mu.Unlock()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %v", errTransport, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: %w", errTransport, method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %v", errTransport, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: reading body: %w", errTransport, method, path, err)
 	}
 	return resp.StatusCode, b, nil
 }

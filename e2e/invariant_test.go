@@ -55,6 +55,7 @@ type snapshot struct {
 	quota       map[uuid.UUID]int64 // per org, from billing_quota
 	outbox      []outboxRow
 	receipts    map[uuid.UUID]bool
+	natsFailed  []string // billing_nats_failed: messages billing terminated
 }
 
 // read takes a snapshot. Labeling is read before billing, so while deliveries
@@ -91,7 +92,14 @@ func (c *cluster) read(ctx context.Context) (snapshot, error) {
 		return s, err
 	}
 	var id uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { s.receipts[id] = true; return nil })
+	if _, err = pgx.ForEachRow(rows, []any{&id}, func() error { s.receipts[id] = true; return nil }); err != nil {
+		return s, err
+	}
+	rows, err = c.billDB.Pool.Query(ctx, `SELECT format('seq %s %s msg_id=%s: %s', stream_seq, subject, msg_id, reason) FROM billing_nats_failed`)
+	if err != nil {
+		return s, err
+	}
+	s.natsFailed, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	return s, err
 }
 
@@ -100,9 +108,13 @@ func (c *cluster) read(ctx context.Context) (snapshot, error) {
 //     billing never saw counts 0);
 //   - the receipts are exactly the outbox rows (none missing: nothing lost; none
 //     extra: nothing applied that labeling did not produce);
-//   - every outbox row is processed, none failed, none over the attempt limit.
+//   - every outbox row is processed, none failed, none over the attempt limit;
+//   - billing terminated no JetStream message (billing_nats_failed is empty).
 func (s snapshot) problems(maxAttempts int) []string {
 	var out []string
+	for _, f := range s.natsFailed {
+		out = append(out, "billing terminated a message: "+f)
+	}
 	orgs := map[uuid.UUID]bool{}
 	for org := range s.activeRules {
 		orgs[org] = true
@@ -167,9 +179,15 @@ func (c *cluster) requireConverged(t *testing.T) (snapshot, time.Duration) {
 				}
 			})
 			t.Logf("invariant holds after %s: %d outbox rows, %d receipts, %d orgs", took.Round(time.Millisecond), len(s.outbox), len(s.receipts), len(s.activeRules))
+			if c.cfg.transport == transportNATS {
+				c.requireAuditSawEvery(t, s)
+			}
 			return s, took
 		}
 		if time.Now().After(deadline) {
+			if c.cfg.transport == transportNATS {
+				c.logConsumer(t)
+			}
 			t.Fatalf("invariant does not hold after %s (%d problems):\n%s", convergeTimeout, len(problems), strings.Join(problems, "\n"))
 		}
 		time.Sleep(100 * time.Millisecond)

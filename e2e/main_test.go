@@ -46,7 +46,10 @@ func buildBinaries() (err error) {
 	if labelingBin, err = proctest.Binary("./cmd/labeling", "failpoints"); err != nil {
 		return err
 	}
-	billingBin, err = proctest.Binary("./cmd/billing", "failpoints")
+	if billingBin, err = proctest.Binary("./cmd/billing", "failpoints"); err != nil {
+		return err
+	}
+	natsServerBin, err = findNATSServer()
 	return err
 }
 
@@ -54,17 +57,20 @@ func buildBinaries() (err error) {
 var tally = &counts{}
 
 type counts struct {
-	mu          sync.Mutex
-	scenarios   int
-	failed      []string
-	kills       int // SIGKILLs sent by the harness plus failpoint exits
-	terms       int // SIGTERMs sent
-	cuts        int // database backends terminated
-	requests    int // HTTP requests sent to the services' APIs
-	events      int // outbox rows at the end of each scenario
-	duplicates  int // deliveries billing answered as already applied
-	convergence time.Duration
-	slowest     string
+	mu         sync.Mutex
+	scenarios  int
+	failed     []string
+	kills      int // SIGKILLs sent by the harness plus failpoint exits
+	terms      int // SIGTERMs sent
+	cuts       int // database backends terminated
+	requests   int // HTTP requests sent to the services' APIs
+	events     int // outbox rows at the end of each scenario
+	duplicates int // deliveries billing answered as already applied (absorbed by receipts)
+	// publishes JetStream acked as duplicates (absorbed by the broker's window)
+	brokerDuplicates int
+	natsScenarios    int // scenarios run over the NATS transport
+	convergence      time.Duration
+	slowest          string
 }
 
 func (c *counts) add(f func(c *counts)) {
@@ -77,7 +83,7 @@ func (c *counts) summary(build, total time.Duration) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := "\n=== e2e crash suite summary\n"
-	s += fmt.Sprintf("scenarios run:                %d (%d failed)\n", c.scenarios, len(c.failed))
+	s += fmt.Sprintf("scenarios run:                %d (%d over NATS JetStream, %d failed)\n", c.scenarios, c.natsScenarios, len(c.failed))
 	for _, name := range c.failed {
 		s += fmt.Sprintf("  failed: %s\n", name)
 	}
@@ -86,7 +92,8 @@ func (c *counts) summary(build, total time.Duration) string {
 	s += fmt.Sprintf("database backends terminated: %d\n", c.cuts)
 	s += fmt.Sprintf("requests sent:                %d\n", c.requests)
 	s += fmt.Sprintf("events (outbox rows):         %d\n", c.events)
-	s += fmt.Sprintf("duplicate deliveries observed: %d (billing_events_total{outcome=\"already_applied\"})\n", c.duplicates)
+	s += fmt.Sprintf("duplicates absorbed by receipts: %d (billing_events_total{outcome=\"already_applied\"})\n", c.duplicates)
+	s += fmt.Sprintf("duplicates absorbed by the broker: %d (nats_publishes_total{outcome=\"duplicate\"})\n", c.brokerDuplicates)
 	s += fmt.Sprintf("longest convergence:          %s (%s)\n", c.convergence.Round(time.Millisecond), c.slowest)
 	s += fmt.Sprintf("build %s, suite %s\n", build.Round(time.Millisecond), total.Round(time.Millisecond))
 	return s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,13 +16,28 @@ import (
 	"github.com/acme/outboxpair/infra/pgtest"
 )
 
+// eachTransport runs fn as one parallel subtest per transport (http, nats).
+func eachTransport(t *testing.T, fn func(t *testing.T, tr string)) {
+	t.Helper()
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			fn(t, tr)
+		})
+	}
+}
+
 // TestKillUnderLoad kills labeling or billing with SIGKILL at random moments
 // while clients create, activate, deactivate and reactivate rules, restarting
 // each at once: every rule ends in the state its client last set, and every
 // state change reaches billing exactly once.
 func TestKillUnderLoad(t *testing.T) {
 	t.Parallel()
-	c := setup(t, config{})
+	eachTransport(t, killUnderLoad)
+}
+
+func killUnderLoad(t *testing.T, tr string) {
+	c := setup(t, config{transport: tr})
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("kill schedule seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -51,8 +67,12 @@ func TestKillUnderLoad(t *testing.T) {
 // every 50ms poll would), and all are applied once billing comes up.
 func TestBillingDown(t *testing.T) {
 	t.Parallel()
+	eachTransport(t, billingDown)
+}
+
+func billingDown(t *testing.T, tr string) {
 	// At the 50ms poll, retrying on every tick would burn 30 attempts in 1.5s.
-	c := setup(t, config{billingDown: true, maxAttempts: 30})
+	c := setup(t, config{transport: tr, billingDown: true, maxAttempts: 30})
 	ctx := context.Background()
 
 	org := uuid.New()
@@ -69,24 +89,43 @@ func TestBillingDown(t *testing.T) {
 	}
 	down := time.Now()
 
-	// Billing stays away for at least 3s and until every row has been tried 3 times.
-	waitFor(t, convergeTimeout, func() bool {
-		rows := c.outboxRows(t)
-		for _, r := range rows {
-			require.Nil(t, r.ProcessedAt, "nothing can be delivered while billing is down: %s", r)
-			require.Nil(t, r.FailedAt, "a row failed while billing was down: %s", r)
-			if r.Attempts < 3 {
-				return false
+	if tr == transportNATS {
+		// The broker takes the events while billing is away: every row is settled
+		// on its first attempt, and nothing is applied until billing consumes.
+		waitFor(t, convergeTimeout, func() bool {
+			rows := c.outboxRows(t)
+			for _, r := range rows {
+				if r.ProcessedAt == nil {
+					return false
+				}
+				require.Equal(t, 1, r.Attempts, "published on the first attempt: %s", r)
 			}
-		}
-		return len(rows) == 8 && time.Since(down) >= 3*time.Second
-	}, "every row is retried while billing is down")
+			return len(rows) == 8
+		}, "every row is published while billing is down")
+		<-time.After(time.Second - time.Since(down))
+		require.Zero(t, c.receiptCount(t), "nothing is applied while billing is down")
+	} else {
+		// Billing stays away for at least 3s and until every row has been tried 3 times.
+		waitFor(t, convergeTimeout, func() bool {
+			rows := c.outboxRows(t)
+			for _, r := range rows {
+				require.Nil(t, r.ProcessedAt, "nothing can be delivered while billing is down: %s", r)
+				require.Nil(t, r.FailedAt, "a row failed while billing was down: %s", r)
+				if r.Attempts < 3 {
+					return false
+				}
+			}
+			return len(rows) == 8 && time.Since(down) >= 3*time.Second
+		}, "every row is retried while billing is down")
+	}
 
 	c.billing.restart(t)
 	s, _ := c.requireConverged(t)
 	require.Len(t, s.outbox, 8, "6 activations and 2 deactivations")
-	for _, r := range s.outbox {
-		require.Greater(t, r.Attempts, 1, "delivered on a retry: %s", r)
+	if tr == transportHTTP {
+		for _, r := range s.outbox {
+			require.Greater(t, r.Attempts, 1, "delivered on a retry: %s", r)
+		}
 	}
 	require.EqualValues(t, 4, c.quota(t, org))
 }
@@ -96,12 +135,18 @@ func TestBillingDown(t *testing.T) {
 // is delivered and applied exactly once.
 func TestReplicas(t *testing.T) {
 	t.Parallel()
+	eachTransport(t, replicas)
+}
+
+func replicas(t *testing.T, tr string) {
 	// A generous handler timeout: no delivery outlives its lease even on a busy
 	// machine, so any duplicate would come from two relays claiming one row.
-	c := setup(t, config{replicas: 3, claimSize: 2, handlerTimeout: 5 * time.Second, lease: 10 * time.Second})
+	c := setup(t, config{transport: tr, replicas: 3, claimSize: 2, handlerTimeout: 5 * time.Second, lease: 10 * time.Second})
 
 	l := startLoad(t, c, loadOptions{clients: 6, rules: 2, maxOps: 40, pace: 10 * time.Millisecond, replicas: true})
-	l.waitOps(t, 6*40)
+	// Every client's every op, counted from zero: ops answered before a
+	// waitOps call would read its starting point are not lost from the count.
+	waitFor(t, retryTimeout, func() bool { return l.ops.Load() >= 6*40 || l.failed() }, "the load ran to its end")
 	l.finish(t)
 
 	s, _ := c.requireConverged(t)
@@ -109,6 +154,9 @@ func TestReplicas(t *testing.T) {
 	dups := c.billing.duplicatesSoFar(t)
 	t.Logf("%d events, %d duplicate deliveries", len(s.outbox), dups)
 	require.Zero(t, dups, "with no crash, no row is dispatched by two relays")
+	for _, p := range c.labeling {
+		require.Zero(t, p.duplicatesSoFar(t), "with no crash, no row is published twice (%s)", p.name)
+	}
 
 	// No leader: the relays shared the work.
 	working := 0
@@ -131,7 +179,11 @@ func TestReplicas(t *testing.T) {
 // processes, no restart) and the invariant holds.
 func TestDatabaseCut(t *testing.T) {
 	t.Parallel()
-	c := setup(t, config{})
+	eachTransport(t, databaseCut)
+}
+
+func databaseCut(t *testing.T, tr string) {
+	c := setup(t, config{transport: tr})
 	ctx := context.Background()
 	pids := map[*proc]int{c.lab(): c.lab().pid(), c.billing: c.billing.pid()}
 	admin, err := pgx.Connect(ctx, pgtest.ServerURL(t))
@@ -194,21 +246,43 @@ func TestDatabaseCut(t *testing.T) {
 }
 
 // TestSIGTERMUnderLoad stops labeling with SIGTERM while deliveries are in flight
-// (billing is slowed by a sleep before its commit) and then billing while it is
-// answering deliveries: each exits 0 within the bound, labeling leaves no
-// unsettled row with a future claim, and after restarts the invariant holds.
+// (billing is slowed by a sleep before its commit; over NATS the relay also
+// sleeps after each publish, before its settle, so claims are in flight) and
+// then billing while it is applying deliveries: each exits 0 within the bound,
+// labeling leaves no unsettled row with a future claim, and after restarts the
+// invariant holds.
 func TestSIGTERMUnderLoad(t *testing.T) {
 	t.Parallel()
-	c := setup(t, config{
+	eachTransport(t, sigtermUnderLoad)
+}
+
+func sigtermUnderLoad(t *testing.T, tr string) {
+	cfg := config{
+		transport:         tr,
 		billingFailpoints: failpoint.BillingEventsBeforeCommit + "=sleep(500ms)",
 		claimSize:         2, handlerTimeout: 2 * time.Second, lease: 4 * time.Second,
-	})
+	}
+	if tr == transportNATS {
+		cfg.labelingFailpoints = failpoint.RelayAfterDispatch + "=sleep(300ms)"
+	}
+	c := setup(t, cfg)
 	ctx := context.Background()
 	inFlight := func() bool {
 		var n int
 		require.NoError(t, c.labDB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events
 			WHERE processed_at IS NULL AND failed_at IS NULL AND claimed_until > $1`, time.Now().UnixMilli()).Scan(&n))
 		return n > 0
+	}
+	// billingBusy: billing has deliveries to apply. Over HTTP they are the
+	// relay's claims in flight; over NATS, rows the broker acked that billing
+	// has not applied yet (it applies one every 500ms).
+	billingBusy := inFlight
+	if tr == transportNATS {
+		billingBusy = func() bool {
+			var processed int
+			require.NoError(t, c.labDB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL`).Scan(&processed))
+			return processed > c.receiptCount(t)
+		}
 	}
 
 	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
@@ -222,7 +296,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 
 	c.lab().restart(t)
 	l.waitOps(t, 10)
-	waitFor(t, convergeTimeout, inFlight, "rows are being delivered")
+	waitFor(t, convergeTimeout, billingBusy, "billing has deliveries to apply")
 	state, took = c.billing.terminate(t)
 	t.Logf("billing stopped in %s: %s", took, state)
 	require.True(t, state.Success(), "billing exits 0 on SIGTERM, got %s", state)
@@ -235,17 +309,27 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 }
 
 // TestSIGTERMReleasesClaims stops labeling while a delivery outlasts the stop
-// bound (billing sleeps a minute before its commit): the relay abandons it and
-// gives its claim back, so the process still exits 0 within the bound, the row
-// is immediately claimable by another relay, and after restarts it is applied
-// once.
+// bound (over HTTP billing sleeps a minute before its commit; over NATS the
+// server is frozen with SIGSTOP, so the publish waits for an ack that does not
+// come): the relay abandons it and gives its claim back, so the process still
+// exits 0 within the bound, the row is immediately claimable by another relay,
+// and after restarts it is applied once.
 func TestSIGTERMReleasesClaims(t *testing.T) {
 	t.Parallel()
-	c := setup(t, config{
-		billingFailpoints: failpoint.BillingEventsBeforeCommit + "=sleep(60s)",
-		claimSize:         1, handlerTimeout: 30 * time.Second, lease: 30 * time.Second,
-	})
+	eachTransport(t, sigtermReleasesClaims)
+}
+
+func sigtermReleasesClaims(t *testing.T, tr string) {
+	cfg := config{transport: tr, claimSize: 1, handlerTimeout: 30 * time.Second, lease: 30 * time.Second}
+	if tr == transportHTTP {
+		cfg.billingFailpoints = failpoint.BillingEventsBeforeCommit + "=sleep(60s)"
+	}
+	c := setup(t, cfg)
 	ctx := context.Background()
+	if tr == transportNATS {
+		c.nats[0].signal(syscall.SIGSTOP)
+		t.Cleanup(func() { c.nats[0].signal(syscall.SIGCONT) })
+	}
 	org, id := uuid.New(), uuid.New()
 	_, _, err := c.sendUntil(ctx, c.lab, http.MethodPost, rulesPath(org), newRuleBody(id), http.StatusCreated)
 	require.NoError(t, err)
@@ -266,8 +350,12 @@ func TestSIGTERMReleasesClaims(t *testing.T) {
 		require.LessOrEqual(t, *rows[0].ClaimedUntil, time.Now().UnixMilli(), "the abandoned claim was released: %s", rows[0])
 	}
 
-	c.billing.kill() // still asleep in the failpoint
-	c.billing.restart(t)
+	if tr == transportNATS {
+		c.nats[0].signal(syscall.SIGCONT)
+	} else {
+		c.billing.kill() // still asleep in the failpoint
+		c.billing.restart(t)
+	}
 	c.lab().restart(t)
 	s, took := c.requireConverged(t)
 	require.Less(t, took, 10*time.Second, "the released row needs no lease (30s) to run out")

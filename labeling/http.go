@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/web"
 )
@@ -25,13 +26,15 @@ type Handler struct {
 // NewHandler returns the HTTP handlers of svc.
 func NewHandler(svc *Service) *Handler { return &Handler{svc: svc} }
 
-// Register adds the rules routes to e.
-func (h *Handler) Register(e *echo.Echo) {
-	e.POST("/v1/orgs/:orgId/rules", h.create)
-	e.GET("/v1/orgs/:orgId/rules", h.list)
-	e.GET("/v1/orgs/:orgId/rules/:ruleId", h.get)
-	e.POST("/v1/orgs/:orgId/rules/:ruleId/activate", h.activate)
-	e.POST("/v1/orgs/:orgId/rules/:ruleId/deactivate", h.deactivate)
+// Register adds the rules routes to e, each behind guard's check that the
+// caller's token covers the path's org.
+func (h *Handler) Register(e *echo.Echo, guard *auth.Guard) {
+	org := guard.Org("orgId", ErrRuleNotFound)
+	e.POST("/v1/orgs/:orgId/rules", h.create, org)
+	e.GET("/v1/orgs/:orgId/rules", h.list, org)
+	e.GET("/v1/orgs/:orgId/rules/:ruleId", h.get, org)
+	e.POST("/v1/orgs/:orgId/rules/:ruleId/activate", h.activate, org)
+	e.POST("/v1/orgs/:orgId/rules/:ruleId/deactivate", h.deactivate, org)
 }
 
 // RuleJSON is a rule in a response.

@@ -16,13 +16,21 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/web"
 )
 
 // Limits of a rule's fields, counted in characters (runes), not bytes.
+// MaxPatternLen bounds the cost of compiling a pattern (RE2 compiles in time
+// about linear in its length, but a 64 KiB pattern still costs about a second of
+// CPU); a labeling rule has no use for anything near it.
 const (
-	MaxNameLen  = 200
-	MaxLabelLen = 100
+	MaxNameLen    = 200
+	MaxLabelLen   = 100
+	MaxPatternLen = 1000
 )
+
+// maxEchoLen is the most characters of a pattern an error message repeats.
+const maxEchoLen = 64
 
 // OrgID names an organisation. Its only constructor is ParseOrgID, so an OrgID
 // in hand was decoded from a canonical, non-nil UUID.
@@ -138,9 +146,12 @@ func checkText(field, s string, max int) error {
 }
 
 func checkPattern(p string) error {
-	switch {
+	switch n := utf8.RuneCountInString(p); {
 	case p == "":
 		return fault.Errorf(fault.Invalid, "pattern is required")
+	case n > MaxPatternLen:
+		// Checked before compiling: the length is what bounds the compile's cost.
+		return fault.Errorf(fault.Invalid, "pattern must be at most %d characters, got %d", MaxPatternLen, n)
 	case !utf8.ValidString(p):
 		return fault.Errorf(fault.Invalid, "pattern is not valid UTF-8")
 	case strings.ContainsRune(p, 0):
@@ -150,7 +161,9 @@ func checkPattern(p string) error {
 		msg := err.Error()
 		var se *syntax.Error
 		if errors.As(err, &se) {
-			msg = fmt.Sprintf("%s: %q", se.Code, se.Expr)
+			msg = fmt.Sprintf("%s: %q", se.Code, web.Clip(se.Expr, maxEchoLen))
+		} else {
+			msg = web.Clip(msg, maxEchoLen)
 		}
 		return fault.Errorf(fault.Invalid, "pattern is not a valid RE2 expression: %s", msg)
 	}

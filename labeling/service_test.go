@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/web"
 )
@@ -211,7 +212,7 @@ func TestDatabaseDown(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), pool)
-	NewHandler(NewService(pool, NewStore(), &countingNudger{})).Register(e)
+	NewHandler(NewService(pool, NewStore(), &countingNudger{})).Register(e, auth.Disabled())
 	b := &testBundle{e: e, org: uuid.NewString()}
 	id := uuid.NewString()
 

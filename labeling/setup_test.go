@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/apitest"
+	"github.com/acme/outboxpair/infra/auth/authtest"
 	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
@@ -31,7 +32,8 @@ type testBundle struct {
 	e      *echo.Echo
 	svc    *Service
 	nudges *countingNudger
-	org    string // an org with no rules yet
+	iss    *authtest.Issuer // nil when the handler's guard is auth.Disabled()
+	org    string           // an org with no rules yet
 }
 
 func setup(t *testing.T) *testBundle {
@@ -41,8 +43,11 @@ func setup(t *testing.T) *testBundle {
 	e := web.New(logger, db.Pool)
 	nudges := &countingNudger{}
 	svc := NewService(db.Pool, NewStore(), nudges)
-	NewHandler(svc).Register(e)
-	return &testBundle{db: db, e: e, svc: svc, nudges: nudges, org: uuid.NewString()}
+	// Authentication is on, as in production: do sends a valid token for the org
+	// of each path (auth_test.go attacks it).
+	iss := authtest.New(t)
+	NewHandler(svc).Register(e, iss.Guard(t, nil))
+	return &testBundle{db: db, e: e, svc: svc, nudges: nudges, iss: iss, org: uuid.NewString()}
 }
 
 // withOrg returns a bundle on the same database with a fresh org, so subtests can
@@ -63,6 +68,11 @@ func (b *testBundle) do(t testing.TB, method, path, body string) *httptest.Respo
 	req := httptest.NewRequest(method, path, r)
 	if body != "" {
 		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	}
+	if b.iss != nil {
+		req.Header.Set(echo.HeaderAuthorization, "Bearer "+b.iss.ForPath(t, path))
+	} else {
+		req.Header.Set(echo.HeaderAuthorization, "Bearer unchecked") // the spec asks for one
 	}
 	return apitest.Do(t, b.e, req)
 }

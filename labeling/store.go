@@ -116,6 +116,9 @@ func scanRule(row pgx.CollectableRow) (Rule, error) {
 	return r, err
 }
 
-func errNotFound(id RuleID) error {
-	return fault.Errorf(fault.NotFound, "rule %s not found", id)
-}
+// ErrRuleNotFound is the answer for a rule that does not exist, or exists in
+// another org, and for any request on an org the caller's token does not cover:
+// one body for all, so that none of them tells which orgs or rules exist.
+var ErrRuleNotFound error = fault.Errorf(fault.NotFound, "rule not found")
+
+func errNotFound(RuleID) error { return ErrRuleNotFound }

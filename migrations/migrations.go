@@ -13,7 +13,8 @@ var files embed.FS
 // Labeling is the migration set of the labeling database (labeling_rules and outbox_events).
 var Labeling = sub("labeling")
 
-// Billing is the migration set of the billing database (billing_quota and billing_receipts).
+// Billing is the migration set of the billing database (billing_quota, billing_receipts
+// and billing_nats_failed).
 var Billing = sub("billing")
 
 func sub(dir string) fs.FS {

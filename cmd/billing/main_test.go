@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -85,7 +86,7 @@ func TestServe(t *testing.T) {
 	t.Run("migrates, serves, applies an event once and exits 0 on SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		const tok = "cmd-test-token"
-		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0"))
+		s := startServer(t, env("DATABASE_URL="+pgtest.Empty(t).URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "AUTH_DISABLED=true"))
 		base := "http://" + s.addr
 		client := &http.Client{Timeout: 10 * time.Second}
 
@@ -190,4 +191,62 @@ func TestBadStart(t *testing.T) {
 		require.Equal(t, 0, r.code)
 		require.Contains(t, r.stdout, "usage: billing")
 	})
+}
+
+func TestGracefulStop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const tok = "stop-test-token"
+	db := pgtest.Empty(t)
+	s := startServer(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "DB_LOCK_TIMEOUT=30s", "AUTH_DISABLED=true"))
+
+	// A delivery in flight: its quota update waits for a row lock the test holds.
+	org := uuid.New()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES ($1, 5, 0)`, org)
+	require.NoError(t, err)
+	id := uuid.Must(uuid.NewV7())
+	body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New())
+	inflight := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.addr+"/internal/v1/events", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			inflight <- 0
+			return
+		}
+		resp.Body.Close()
+		inflight <- resp.StatusCode
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 30*time.Second, 10*time.Millisecond, "the delivery waits for the lock")
+
+	s.Signal(t, syscall.SIGTERM)
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", s.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, 3*time.Second, 10*time.Millisecond, "new connections are refused at once after SIGTERM")
+
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case code := <-inflight:
+		require.Equal(t, http.StatusNoContent, code, "the delivery in flight is answered, after its commit")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delivery in flight was never answered")
+	}
+	require.Equal(t, 0, s.Wait(t, 30*time.Second).ExitCode(), s.Stderr.String())
+	var n int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n))
+	require.Equal(t, int64(6), n)
 }

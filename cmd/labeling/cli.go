@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/service"
@@ -66,19 +67,30 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, usage, strings.Join(config.LabelingVars, ", "))
 		return exitUsage
 	}
-	cfg, err := config.LoadLabeling(lookup)
-	if err != nil {
-		fmt.Fprintf(stderr, "labeling: %v\n", err)
-		return exitFail
-	}
-	if cmd.name == "serve" {
-		err = service.Run(serveOptions(cfg, service.Logger("labeling")))
-	} else {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
-		defer cancel()
-		err = runCommand(ctx, cmd, cfg, stdout)
+	switch cmd.name {
+	case "serve":
+		var cfg config.Labeling
+		var authCfg config.Auth
+		if cfg, err = config.LoadLabeling(lookup); err == nil {
+			// Only serve reads AUTH_*: the operator commands never need them.
+			if authCfg, err = config.LoadAuth(lookup); err == nil {
+				err = service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), service.Logger("labeling")))
+			}
+		}
+	case "healthcheck":
+		// Reads HTTP_ADDR only: a health check needs no secret and no database.
+		err = service.Healthcheck(config.LoadHTTPAddr(lookup, ":8080"))
+	default:
+		// The operator commands never deliver: they need DATABASE_URL, not
+		// EVENTS_TOKEN.
+		var cfg config.Command
+		if cfg, err = config.LoadCommand(lookup); err == nil {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+			defer cancel()
+			err = runCommand(ctx, cmd, cfg, stdout)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "labeling: %v\n", oneLine(err))
@@ -142,16 +154,14 @@ func parseOutbox(args []string) (command, error) {
 	return cmd, nil
 }
 
-func runCommand(ctx context.Context, cmd command, cfg config.Labeling, stdout io.Writer) error {
+func runCommand(ctx context.Context, cmd command, cfg config.Command, stdout io.Writer) error {
 	switch cmd.name {
-	case "healthcheck":
-		return service.Healthcheck(cfg.HTTPAddr)
 	case "migrate":
 		// Logged like serve's migrations, to this command's stdout.
 		logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
 		return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.OpenBounded(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}

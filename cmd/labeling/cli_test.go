@@ -60,13 +60,20 @@ func TestUsage(t *testing.T) {
 
 	t.Run("a bad configuration exits 1 with one line naming the variable", func(t *testing.T) {
 		t.Parallel()
-		for variable, vars := range map[string]map[string]string{
-			"DATABASE_URL":         {"EVENTS_TOKEN": "t"},
-			"EVENTS_TOKEN":         {"DATABASE_URL": "postgres://h/db"},
-			"OUTBOX_POLL_INTERVAL": {"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "OUTBOX_POLL_INTERVAL": "often"},
+		for _, tc := range []struct {
+			variable, command string
+			vars              map[string]string
+		}{
+			{"DATABASE_URL", "migrate", map[string]string{"EVENTS_TOKEN": "t"}},
+			{"DATABASE_URL", "outbox failed", map[string]string{}},
+			{"DB_LOCK_TIMEOUT", "outbox failed", map[string]string{"DATABASE_URL": "postgres://h/db", "DB_LOCK_TIMEOUT": "2"}},
+			{"EVENTS_TOKEN", "serve", map[string]string{"DATABASE_URL": "postgres://h/db"}},
+			{"OUTBOX_POLL_INTERVAL", "serve", map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "OUTBOX_POLL_INTERVAL": "often"}},
+			{"OUTBOX_CLAIM_SIZE", "serve", map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "OUTBOX_CLAIM_SIZE": "307445735"}},
 		} {
-			code, _, stderr := runCLI(vars, "migrate")
-			require.Equal(t, exitFail, code)
+			variable, vars := tc.variable, tc.vars
+			code, _, stderr := runCLI(vars, strings.Fields(tc.command)...)
+			require.Equal(t, exitFail, code, "%s %v", tc.command, vars)
 			require.True(t, strings.HasPrefix(stderr, "labeling: "+variable+": "), stderr)
 			require.Equal(t, 1, strings.Count(stderr, "\n"))
 		}
@@ -77,7 +84,7 @@ func TestMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.Empty(t)
-	vars := map[string]string{"DATABASE_URL": db.URL, "EVENTS_TOKEN": "t"}
+	vars := map[string]string{"DATABASE_URL": db.URL} // no EVENTS_TOKEN: migrate never delivers
 
 	code, stdout, stderr := runCLI(vars, "migrate")
 	require.Equal(t, exitOK, code, stderr)
@@ -103,7 +110,8 @@ func setupOutbox(t *testing.T) *outboxFixture {
 	t.Helper()
 	db := pgtest.New(t, migrations.Labeling)
 	f := &outboxFixture{
-		vars: map[string]string{"DATABASE_URL": db.URL, "EVENTS_TOKEN": "t"},
+		// No EVENTS_TOKEN: the operator commands never deliver.
+		vars: map[string]string{"DATABASE_URL": db.URL},
 		db:   db, failed: uuid.New(), pending: uuid.New(), processed: uuid.New(),
 	}
 	_, err := db.Pool.Exec(context.Background(), `

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"syscall"
@@ -31,6 +33,8 @@ func baseEnv(databaseURL string) map[string]string {
 		"DATABASE_URL": databaseURL,
 		"EVENTS_TOKEN": "test-token",
 		"HTTP_ADDR":    "127.0.0.1:0",
+		// These tests are about the process, not authentication (auth_test.go).
+		"AUTH_DISABLED": "true",
 	}
 }
 
@@ -124,7 +128,10 @@ func TestActivateAfterCommitCrash(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-	_, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+	resp, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+	if err == nil {
+		resp.Body.Close()
+	}
 
 	require.Error(t, err, "the process dies before it answers")
 	state := p.Wait(t, 30*time.Second)
@@ -156,4 +163,179 @@ func TestFailpointsOnlyInTaggedBuilds(t *testing.T) {
 		t.Parallel()
 		require.True(t, contains(t, binary(t, "failpoints")))
 	})
+}
+
+func TestGracefulStop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.New(t, migrations.Labeling)
+
+	// A billing stand-in that never answers: the relay's dispatch hangs until
+	// the relay gives up on it.
+	delivered := make(chan struct{}, 16)
+	hang := make(chan struct{})
+	billing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delivered <- struct{}{}
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(billing.Close)
+	t.Cleanup(func() { close(hang) })
+
+	env := baseEnv(db.URL)
+	env["BILLING_URL"] = billing.URL
+	env["OUTBOX_HANDLER_TIMEOUT"] = "60s"
+	env["OUTBOX_CLAIM_SIZE"] = "1"
+	env["OUTBOX_LEASE"] = "2m"
+	env["DB_LOCK_TIMEOUT"] = "30s"
+	p := proctest.Start(t, binary(t), env, "serve")
+	addr := p.ListenAddr(t)
+	base := "http://" + addr
+	client := &http.Client{Timeout: 30 * time.Second}
+	post := func(path, body string) (int, error) {
+		resp, err := client.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	org := uuid.NewString()
+	rule := func() string {
+		id := uuid.NewString()
+		code, err := post("/v1/orgs/"+org+"/rules", fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, code)
+		return id
+	}
+
+	// 1. The relay holds a dispatch that will never be answered.
+	hung := rule()
+	code, err := post("/v1/orgs/"+org+"/rules/"+hung+"/activate", "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	select {
+	case <-delivered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never dispatched to the stand-in")
+	}
+
+	// 2. A request is in flight: its activation waits for a row lock the test holds.
+	slow := rule()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM labeling_rules WHERE id = $1 FOR UPDATE`, slow)
+	require.NoError(t, err)
+	inflight := make(chan int, 1)
+	go func() {
+		code, err := post("/v1/orgs/"+org+"/rules/"+slow+"/activate", "")
+		if err != nil {
+			code = 0
+		}
+		inflight <- code
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 30*time.Second, 10*time.Millisecond, "the activation waits for the lock")
+	// A connection opened before SIGTERM whose request comes after it.
+	late, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer late.Close()
+
+	// 3. SIGTERM: new connections are refused at once, although the relay still
+	// holds its hung dispatch.
+	p.Signal(t, syscall.SIGTERM)
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, 3*time.Second, 10*time.Millisecond, "new connections are refused at once after SIGTERM")
+	lateRule := uuid.NewString()
+	require.NoError(t, late.SetDeadline(time.Now().Add(10*time.Second)))
+	body := fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, lateRule)
+	_, err = fmt.Fprintf(late, "POST /v1/orgs/%s/rules HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", org, len(body), body)
+	require.NoError(t, err)
+	if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
+		resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a late request is refused, if answered at all")
+	}
+
+	// 4. The request in flight is answered once its lock is free.
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case code := <-inflight:
+		require.Equal(t, http.StatusOK, code, "the request in flight is answered")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request in flight was never answered")
+	}
+
+	// 5. Then the relay stops within its share, releases its claim, and the
+	// process exits 0.
+	require.Equal(t, 0, p.Wait(t, 60*time.Second).ExitCode(), p.Stderr.String())
+	p.LogLines(t)
+	var lateRows, leased int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM labeling_rules WHERE id = $1`, lateRule).Scan(&lateRows))
+	require.Zero(t, lateRows, "a request that arrived after SIGTERM was never committed")
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events
+		WHERE processed_at IS NULL AND failed_at IS NULL AND claimed_until > $1`, time.Now().UnixMilli()).Scan(&leased))
+	require.Zero(t, leased, "no unsettled row keeps a future claimed_until")
+	var active bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT active FROM labeling_rules WHERE id = $1`, slow).Scan(&active))
+	require.True(t, active)
+}
+
+func TestBoundedWork(t *testing.T) {
+	t.Parallel()
+
+	for name, bounds := range map[string]map[string]string{
+		"DB_LOCK_TIMEOUT":      {"DB_LOCK_TIMEOUT": "300ms", "HTTP_REQUEST_TIMEOUT": "1m"},
+		"HTTP_REQUEST_TIMEOUT": {"DB_LOCK_TIMEOUT": "1h", "HTTP_REQUEST_TIMEOUT": "500ms"},
+	} {
+		t.Run("a request waiting on a lock is answered 503 within "+name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.New(t, migrations.Labeling)
+			env := baseEnv(db.URL)
+			for k, v := range bounds {
+				env[k] = v
+			}
+			p := proctest.Start(t, binary(t), env, "serve")
+			base := "http://" + p.ListenAddr(t)
+			client := &http.Client{Timeout: 20 * time.Second}
+			org, id := uuid.NewString(), uuid.NewString()
+			resp, err := client.Post(base+"/v1/orgs/"+org+"/rules", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, `SELECT 1 FROM labeling_rules WHERE id = $1 FOR UPDATE`, id)
+			require.NoError(t, err)
+
+			resp, err = client.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+			require.NoError(t, err, "answered, not left waiting for the lock")
+			var body bytes.Buffer
+			_, _ = body.ReadFrom(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body.String())
+			require.Contains(t, body.String(), `"code":"unavailable"`)
+			require.Eventually(t, func() bool {
+				var waiting int
+				err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+				return err == nil && waiting == 0
+			}, 10*time.Second, 10*time.Millisecond, "the pool connection no longer waits either")
+		})
+	}
 }

@@ -6,24 +6,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
+	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
 )
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
-// the outbox relay and cleanup, and the rules API.
-func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
+// the outbox relay and cleanup, and the rules API behind authentication.
+func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(
 			logger,
-			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling},
-			web.Config{Addr: cfg.HTTPAddr},
+			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
+			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			outbox.Config{
 				PollInterval:       cfg.PollInterval,
 				ClaimSize:          cfg.ClaimSize,
@@ -33,27 +36,63 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger) fx.Option {
 				RetryBase:          cfg.RetryBase,
 				RetryMax:           cfg.RetryMax,
 				ProcessedRetention: cfg.ProcessedRetention,
+				Notify:             cfg.OutboxNotify,
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
+			authn,
 		),
-		fx.Provide(
-			func() (*delivery.Client, error) {
-				return delivery.New(delivery.Config{
-					BaseURL:      cfg.BillingURL,
-					Token:        cfg.EventsToken,
-					Timeout:      cfg.HandlerTimeout,
-					MaxIdleConns: cfg.ClaimSize,
-				}, logger)
-			},
-			subscribers,
-			func(p *pgxpool.Pool) web.Pinger { return p },
-		),
+		transport(cfg, logger),
+		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,
-		outbox.Module,
-		retention.Module,
+		auth.Module,
+		// Each background component stops within its own share of the budget,
+		// after the HTTP server has drained (service.Run stops the server first).
+		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),
+		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
 		labeling.Module,
 	)
+}
+
+// transport provides the relay's subscribers for EVENTS_TRANSPORT: HTTP posts to
+// BILLING_URL (the default), nats publishes to JetStream (infra/stream).
+func transport(cfg config.Labeling, logger *slog.Logger) fx.Option {
+	if cfg.EventsTransport == config.TransportNATS {
+		return fx.Options(
+			fx.Provide(
+				func() (*stream.Publisher, error) {
+					return stream.NewPublisher(stream.PublisherConfig{
+						URL:             cfg.NATSURL,
+						Replicas:        cfg.NATSReplicas,
+						DuplicateWindow: cfg.NATSDuplicateWindow,
+						MaxAge:          cfg.ProcessedRetention,
+					}, logger)
+				},
+				natsSubscribers,
+			),
+			stream.Module,
+		)
+	}
+	return fx.Provide(
+		func() (*delivery.Client, error) {
+			return delivery.New(delivery.Config{
+				BaseURL:      cfg.BillingURL,
+				Token:        cfg.EventsToken,
+				Timeout:      cfg.HandlerTimeout,
+				MaxIdleConns: cfg.ClaimSize,
+			}, logger)
+		},
+		subscribers,
+	)
+}
+
+// natsSubscribers is subscribers for the NATS transport: the same tags, each
+// published to labeling.events.<tag>. Consumers subscribe to the stream, not here.
+func natsSubscribers(p *stream.Publisher) []outbox.Subscriber {
+	return []outbox.Subscriber{
+		stream.Subscriber[labeling.RuleActivated](p),
+		stream.Subscriber[labeling.RuleDeactivated](p),
+	}
 }
 
 // subscribers is what the relay dispatches each tag to. Every tag labeling
@@ -63,4 +102,9 @@ func subscribers(billing *delivery.Client) []outbox.Subscriber {
 		delivery.Subscriber[labeling.RuleActivated](billing),
 		delivery.Subscriber[labeling.RuleDeactivated](billing),
 	}
+}
+
+// dbBounds are the pool's bounds from the configuration.
+func dbBounds(b config.Bounds) postgres.Bounds {
+	return postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
 }

@@ -222,10 +222,10 @@ func (s *spec) checkErrorBody(rec *httptest.ResponseRecorder) error {
 	}
 	var value any
 	if err := json.Unmarshal(rec.Body.Bytes(), &value); err != nil {
-		return fmt.Errorf("its answer is not JSON: %v", err)
+		return fmt.Errorf("its answer is not JSON: %w", err)
 	}
 	if err := s.errors.VisitJSON(value, openapi3.MultiErrors()); err != nil {
-		return fmt.Errorf("its body is not the error body: %v", err)
+		return fmt.Errorf("its body is not the error body: %w", err)
 	}
 	return nil
 }

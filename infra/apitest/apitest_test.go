@@ -83,9 +83,14 @@ func event(typ string) string {
 		`"payload":{"orgId":"` + orgID + `","ruleId":"` + ruleID + `"}}`
 }
 
+// jsonRequest is a request with a JSON body and, on /v1, a bearer token (of any
+// value: Do checks the shape, the handler the token).
 func jsonRequest(method, path, body string) *http.Request {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", jsonType)
+	if strings.HasPrefix(path, "/v1/") {
+		req.Header.Set("Authorization", "Bearer a.b.c")
+	}
 	return req
 }
 
@@ -135,7 +140,7 @@ func TestDo(t *testing.T) {
 		{
 			name:    "a status the operation does not list fails",
 			req:     func() *http.Request { return jsonRequest(http.MethodPost, rulesPath, newRule("n")) },
-			answer:  &canned{status: 404, ctype: jsonType, body: errBody},
+			answer:  &canned{status: 502, ctype: jsonType, body: errBody},
 			failure: "status is not supported",
 		},
 		{
@@ -354,4 +359,64 @@ func objects(s *openapi3.Schema) []*openapi3.Schema {
 		out = append(out, objects(ref.Value)...)
 	}
 	return out
+}
+
+// open are the operations served without credentials.
+var open = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+func TestSpecSecurity(t *testing.T) {
+	t.Parallel()
+	s, err := load()
+	require.NoError(t, err)
+
+	scheme := s.doc.Components.SecuritySchemes["bearerJWT"]
+	require.NotNil(t, scheme, "components.securitySchemes.bearerJWT")
+	require.Equal(t, "http", scheme.Value.Type)
+	require.Equal(t, "bearer", scheme.Value.Scheme)
+	require.Equal(t, "JWT", scheme.Value.BearerFormat)
+
+	v1 := 0
+	for path, item := range s.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			if open[path] {
+				require.NotNil(t, op.Security, "%s: say security: [] so it is open on purpose", name)
+				require.Empty(t, *op.Security, "%s is open", name)
+				continue
+			}
+			require.NotNil(t, op.Security, "%s has no security", name)
+			require.NotEmpty(t, *op.Security, "%s has no security", name)
+			require.NotNil(t, op.Responses.Status(http.StatusUnauthorized), "%s lists no 401", name)
+			if !strings.HasPrefix(path, "/v1/") {
+				continue
+			}
+			v1++
+			for _, req := range *op.Security {
+				require.Contains(t, req, "bearerJWT", "%s: every /v1 operation takes the bearer JWT", name)
+			}
+			require.NotNil(t, op.Responses.Status(http.StatusNotFound), "%s lists no 404 (another org's)", name)
+		}
+	}
+	require.Equal(t, 6, v1, "the /v1 operations of labeling and billing")
+}
+
+func TestDoEnforcesTheBearerToken(t *testing.T) {
+	t.Parallel()
+	h := &canned{status: http.StatusOK, ctype: jsonType, body: rule("n")}
+	path := "/v1/orgs/" + orgID + "/rules/" + ruleID
+
+	f := &failures{TB: t}
+	Do(f, h, httptest.NewRequest(http.MethodGet, path, nil))
+	require.Contains(t, f.joined(), "the server accepted a request that does not match the spec", "a 2xx without a token")
+
+	f = &failures{TB: t}
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer a.b.c")
+	Do(f, h, req)
+	require.Empty(t, f.joined())
+
+	f = &failures{TB: t}
+	Do(f, &canned{status: http.StatusUnauthorized, ctype: jsonType, body: `{"error":{"code":"unauthorized","message":"a Bearer token is required"}}`},
+		httptest.NewRequest(http.MethodGet, path, nil))
+	require.Empty(t, f.joined(), "a 401 without a token is what the spec describes")
 }

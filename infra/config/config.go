@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,8 +31,24 @@ type Labeling struct {
 	RetryBase          time.Duration
 	RetryMax           time.Duration
 	ProcessedRetention time.Duration
+	OutboxNotify       bool // OUTBOX_NOTIFY: the relay LISTENs for appends of other replicas
 	CleanupInterval    time.Duration
+
+	// EventsTransport is TransportHTTP (the relay POSTs to BillingURL) or
+	// TransportNATS (it publishes to JetStream at NATSURL).
+	EventsTransport     string
+	NATSURL             string
+	NATSReplicas        int
+	NATSDuplicateWindow time.Duration
+
+	Bounds
 }
+
+// Values of EVENTS_TRANSPORT.
+const (
+	TransportHTTP = "http"
+	TransportNATS = "nats"
+)
 
 // Billing is the configuration of the billing service.
 type Billing struct {
@@ -40,6 +57,31 @@ type Billing struct {
 	EventsToken       string
 	ReceiptsRetention time.Duration
 	CleanupInterval   time.Duration
+
+	// NATSURL, when set, makes billing also consume the stream LABELING_EVENTS;
+	// an unacked delivery is redelivered after NATSAckWait.
+	NATSURL     string
+	NATSAckWait time.Duration
+
+	Bounds
+}
+
+// Bounds limit how long one piece of work may hold a request or a database
+// connection; both services read them.
+type Bounds struct {
+	// RequestTimeout is the deadline of every HTTP request (HTTP_REQUEST_TIMEOUT).
+	RequestTimeout time.Duration
+	// StatementTimeout and LockTimeout are PostgreSQL's statement_timeout and
+	// lock_timeout on every pooled connection (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
+	StatementTimeout time.Duration
+	LockTimeout      time.Duration
+}
+
+// Command is what an operator command (migrate, outbox ...) needs: no delivery
+// secret, since such a command never delivers.
+type Command struct {
+	DatabaseURL string
+	Bounds
 }
 
 // LabelingVars and BillingVars name every variable each service reads.
@@ -48,13 +90,39 @@ var (
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "BILLING_URL",
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
-		"OUTBOX_PROCESSED_RETENTION", "CLEANUP_INTERVAL",
+		"OUTBOX_PROCESSED_RETENTION", "OUTBOX_NOTIFY", "CLEANUP_INTERVAL",
+		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW",
+		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
+		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
+		"NATS_URL", "NATS_ACK_WAIT",
+		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
+		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 	}
-	// Required names the variables that have no default.
+	// AuthVars names the variables LoadAuth reads; both services read them, and
+	// only serve does (the operator commands need none of them).
+	AuthVars = []string{"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED"}
+	// Required names the variables that have no default (serve needs both; the
+	// operator commands only DATABASE_URL, healthcheck neither).
 	Required = []string{"DATABASE_URL", "EVENTS_TOKEN"}
+)
+
+// Defaults and upper bounds. An upper bound keeps an absurd value (a typo, an extra
+// digit) from starting a process that misbehaves later: every bound is far above
+// any sensible setting.
+const (
+	DefaultRequestTimeout   = 8 * time.Second
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultLockTimeout      = 2 * time.Second
+
+	MaxRequestTimeout = 5 * time.Minute
+	MaxClaimSize      = 1000
+	MaxAttempts       = 1000
+	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
+	maxDBTimeout      = time.Hour
+	maxOutboxDuration = 24 * time.Hour // poll interval, handler timeout, retry base
 )
 
 // LoadLabeling reads the labeling configuration.
@@ -65,24 +133,65 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
 		EventsToken:        r.required("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
-		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second),
-		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10),
-		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second),
-		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute),
-		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", 10),
-		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second),
-		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute),
-		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour),
-		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour),
+		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
+		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10, MaxClaimSize),
+		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second, maxOutboxDuration),
+		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute, maxDuration),
+		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", 10, MaxAttempts),
+		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second, maxOutboxDuration),
+		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute, maxDuration),
+		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour, maxDuration),
+		OutboxNotify:       r.boolean("OUTBOX_NOTIFY", true),
+		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
+		Bounds:             r.bounds(),
+
+		EventsTransport:     r.oneOf("EVENTS_TRANSPORT", TransportHTTP, TransportHTTP, TransportNATS),
+		NATSURL:             r.natsURL("NATS_URL"),
+		NATSReplicas:        r.positiveInt("NATS_REPLICAS", 1, MaxClaimSize),
+		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", DefaultDuplicateWindow, maxDuration),
+	}
+	if r.err == nil && c.EventsTransport == TransportNATS && c.NATSURL == "" {
+		r.fail("NATS_URL", "required with EVENTS_TRANSPORT=nats")
+	}
+	if r.err == nil && c.NATSReplicas > 5 {
+		r.fail("NATS_REPLICAS", "%d is more than JetStream's 5", c.NATSReplicas)
+	}
+	if r.err == nil && c.NATSDuplicateWindow > c.ProcessedRetention {
+		r.fail("NATS_DUPLICATE_WINDOW", "%s is longer than OUTBOX_PROCESSED_RETENTION (%s), which is how long the stream keeps messages",
+			c.NATSDuplicateWindow, c.ProcessedRetention)
 	}
 	if r.err == nil && c.RetryMax < c.RetryBase {
 		r.fail("OUTBOX_RETRY_MAX", "%s is less than OUTBOX_RETRY_BASE (%s)", c.RetryMax, c.RetryBase)
 	}
-	if r.err == nil && time.Duration(c.ClaimSize)*c.HandlerTimeout > c.Lease {
-		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s = %s)",
-			c.Lease, c.ClaimSize, c.HandlerTimeout, time.Duration(c.ClaimSize)*c.HandlerTimeout)
+	// By division, never multiplication: claim size × timeout can overflow a
+	// Duration and pass as a small or negative number.
+	if r.err == nil && c.Lease/c.HandlerTimeout < time.Duration(c.ClaimSize) {
+		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s)",
+			c.Lease, c.ClaimSize, c.HandlerTimeout)
 	}
 	return c, r.err
+}
+
+// LoadCommand reads what an operator command needs: DATABASE_URL and the database
+// bounds, never EVENTS_TOKEN.
+func LoadCommand(lookup Lookup) (Command, error) {
+	r := reader{lookup: lookup}
+	c := Command{DatabaseURL: r.databaseURL(), Bounds: r.bounds()}
+	return c, r.err
+}
+
+// LoadHTTPAddr reads HTTP_ADDR alone, for the healthcheck command.
+func LoadHTTPAddr(lookup Lookup, def string) string {
+	r := reader{lookup: lookup}
+	return r.str("HTTP_ADDR", def)
+}
+
+func (r *reader) bounds() Bounds {
+	return Bounds{
+		RequestTimeout:   r.duration("HTTP_REQUEST_TIMEOUT", DefaultRequestTimeout, MaxRequestTimeout),
+		StatementTimeout: r.duration("DB_STATEMENT_TIMEOUT", DefaultStatementTimeout, maxDBTimeout),
+		LockTimeout:      r.duration("DB_LOCK_TIMEOUT", DefaultLockTimeout, maxDBTimeout),
+	}
 }
 
 // LoadBilling reads the billing configuration.
@@ -92,11 +201,51 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		DatabaseURL:       r.databaseURL(),
 		HTTPAddr:          r.str("HTTP_ADDR", ":8081"),
 		EventsToken:       r.required("EVENTS_TOKEN"),
-		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour),
-		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour),
+		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
+		Bounds:            r.bounds(),
+		NATSURL:           r.natsURL("NATS_URL"),
+		NATSAckWait:       r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
 	}
 	return c, r.err
 }
+
+// Auth is the authentication of the public API (contract section 8), read by
+// serve only. Either Disabled is true, or JWKSURL, Issuer and Audience are all set.
+type Auth struct {
+	Disabled bool   // AUTH_DISABLED=true: /v1 is served without authentication
+	JWKSURL  string // where the issuer's signing keys are fetched from
+	Issuer   string // the iss every token must carry, exactly
+	Audience string // a value the token's aud must contain
+}
+
+// LoadAuth reads the authentication settings. It fails, naming the variables,
+// unless either AUTH_DISABLED=true or AUTH_JWKS_URL with AUTH_ISSUER and
+// AUTH_AUDIENCE is set: an unset variable must never leave the API open.
+func LoadAuth(lookup Lookup) (Auth, error) {
+	r := reader{lookup: lookup}
+	c := Auth{Disabled: r.boolean("AUTH_DISABLED", false)}
+	jwks := r.str("AUTH_JWKS_URL", "")
+	switch {
+	case r.err != nil:
+	case c.Disabled && jwks != "":
+		r.fail("AUTH_DISABLED", "true while AUTH_JWKS_URL is set; unset one of them")
+	case c.Disabled:
+	case jwks == "":
+		r.fail("AUTH_JWKS_URL", "required (with AUTH_ISSUER and AUTH_AUDIENCE) unless AUTH_DISABLED=true")
+	default:
+		c.JWKSURL = r.httpURL("AUTH_JWKS_URL", "")
+		c.Issuer = r.required("AUTH_ISSUER")
+		c.Audience = r.required("AUTH_AUDIENCE")
+	}
+	return c, r.err
+}
+
+// DefaultDuplicateWindow is NATS_DUPLICATE_WINDOW's default: longer than the
+// lease (5m) plus the longest retry delay (15m) plus a handler timeout (30s) of
+// the relay's defaults, the longest a row can wait before it is published again
+// after a publish whose ack was lost or whose settle never happened.
+const DefaultDuplicateWindow = 30 * time.Minute
 
 // reader keeps the first error, so a caller reads every field and checks once.
 type reader struct {
@@ -146,7 +295,36 @@ func (r *reader) httpURL(name, def string) string {
 	return v
 }
 
-func (r *reader) duration(name string, def time.Duration) time.Duration {
+func (r *reader) oneOf(name, def string, allowed ...string) string {
+	v := r.str(name, def)
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	r.fail(name, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	return def
+}
+
+// natsURL reads a NATS server list: one URL or several separated by commas,
+// each nats://, tls://, ws:// or wss:// with a host.
+func (r *reader) natsURL(name string) string {
+	v := r.str(name, "")
+	if v == "" {
+		return v
+	}
+	for _, part := range strings.Split(v, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
+			// The URL may carry credentials: name the variable only.
+			r.fail(name, "not a list of nats:// (or tls://, ws://, wss://) URLs separated by commas")
+			return ""
+		}
+	}
+	return v
+}
+
+func (r *reader) duration(name string, def, limit time.Duration) time.Duration {
 	v := r.str(name, "")
 	if v == "" {
 		return def
@@ -156,20 +334,42 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 		r.fail(name, "%q is not a duration (use Go syntax: 250ms, 30s, 5m)", v)
 		return def
 	}
-	if d <= 0 {
+	switch {
+	case d <= 0:
 		r.fail(name, "%q must be positive", v)
+		return def
+	case d > limit:
+		r.fail(name, "%q is more than the maximum of %s", v, limit)
+		return def
 	}
 	return d
 }
 
-func (r *reader) positiveInt(name string, def int) int {
+func (r *reader) boolean(name string, def bool) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "%q is not a boolean (true or false)", v)
+		return def
+	}
+	return b
+}
+
+func (r *reader) positiveInt(name string, def, limit int) int {
 	v := r.str(name, "")
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
+	switch {
+	case err != nil || n <= 0:
 		r.fail(name, "%q is not a positive integer", v)
+		return def
+	case n > limit:
+		r.fail(name, "%q is more than the maximum of %d", v, limit)
 		return def
 	}
 	return n

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,46 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, 5*time.Second, c.RetryBase)
 		require.Equal(t, 15*time.Minute, c.RetryMax)
 		require.Equal(t, 168*time.Hour, c.ProcessedRetention)
+		require.True(t, c.OutboxNotify)
 		require.Equal(t, time.Hour, c.CleanupInterval)
+		require.Equal(t, config.TransportHTTP, c.EventsTransport, "HTTP stays the default")
+		require.Empty(t, c.NATSURL)
+		require.Equal(t, 1, c.NATSReplicas)
+		require.Equal(t, 30*time.Minute, c.NATSDuplicateWindow)
+		require.Greater(t, c.NATSDuplicateWindow, c.Lease+c.RetryMax+c.HandlerTimeout,
+			"the default window covers a lease, the longest retry delay and a handler timeout")
+	})
+
+	t.Run("nats transport with a server list", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["EVENTS_TRANSPORT"] = "nats"
+		kv["NATS_URL"] = "nats://127.0.0.1:4222,nats://127.0.0.1:4223"
+		kv["NATS_REPLICAS"] = "3"
+		kv["NATS_DUPLICATE_WINDOW"] = "2h"
+		c, err := config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, config.TransportNATS, c.EventsTransport)
+		require.Equal(t, kv["NATS_URL"], c.NATSURL)
+		require.Equal(t, 3, c.NATSReplicas)
+		require.Equal(t, 2*time.Hour, c.NATSDuplicateWindow)
+	})
+
+	t.Run("rejects nats without NATS_URL naming it", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["EVENTS_TRANSPORT"] = "nats"
+		_, err := config.LoadLabeling(env(kv))
+		require.ErrorContains(t, err, "NATS_URL")
+	})
+
+	t.Run("OUTBOX_NOTIFY=false turns the LISTEN off", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["OUTBOX_NOTIFY"] = "false"
+		c, err := config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+		require.False(t, c.OutboxNotify)
 	})
 
 	bad := []struct {
@@ -57,7 +97,22 @@ func TestLoadLabeling(t *testing.T) {
 		{"lease shorter than claim x timeout", "OUTBOX_LEASE", "4m"},
 		{"retry max under base", "OUTBOX_RETRY_MAX", "1s"},
 		{"bad retention", "OUTBOX_PROCESSED_RETENTION", "a week"},
+		{"non-boolean notify", "OUTBOX_NOTIFY", "maybe"},
 		{"bad cleanup interval", "CLEANUP_INTERVAL", "0s"},
+		{"unknown transport", "EVENTS_TRANSPORT", "kafka"},
+		{"nats url with another scheme", "NATS_URL", "http://127.0.0.1:4222"},
+		{"nats url list with a bad entry", "NATS_URL", "nats://a:4222,b:4222"},
+		{"zero replicas", "NATS_REPLICAS", "0"},
+		{"more replicas than JetStream allows", "NATS_REPLICAS", "7"},
+		{"duplicate window without unit", "NATS_DUPLICATE_WINDOW", "30"},
+		{"duplicate window longer than the stream keeps messages", "NATS_DUPLICATE_WINDOW", "200h"},
+		{"a claim size whose product with the timeout overflows", "OUTBOX_CLAIM_SIZE", "307445735"},
+		{"an absurd claim size", "OUTBOX_CLAIM_SIZE", "1001"},
+		{"an absurd attempt count", "OUTBOX_MAX_ATTEMPTS", "1000000"},
+		{"an absurd handler timeout", "OUTBOX_HANDLER_TIMEOUT", "2562047h"},
+		{"a request timeout over its maximum", "HTTP_REQUEST_TIMEOUT", "1h"},
+		{"a bad statement timeout", "DB_STATEMENT_TIMEOUT", "5"},
+		{"a bad lock timeout", "DB_LOCK_TIMEOUT", "-1s"},
 	}
 	for _, tc := range bad {
 		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {
@@ -69,6 +124,35 @@ func TestLoadLabeling(t *testing.T) {
 			require.Contains(t, err.Error(), tc.variable)
 		})
 	}
+
+	t.Run("the lease rule holds at the largest settings without overflowing", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["OUTBOX_CLAIM_SIZE"] = "1000"
+		kv["OUTBOX_HANDLER_TIMEOUT"] = "24h"
+		kv["OUTBOX_LEASE"] = "23999h"
+		_, err := config.LoadLabeling(env(kv))
+		require.ErrorContains(t, err, "OUTBOX_LEASE")
+		kv["OUTBOX_LEASE"] = "24000h"
+		_, err = config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+	})
+
+	t.Run("the bounds have defaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadLabeling(env(base()))
+		require.NoError(t, err)
+		require.Equal(t, config.Bounds{RequestTimeout: 8 * time.Second, StatementTimeout: 5 * time.Second, LockTimeout: 2 * time.Second}, c.Bounds)
+	})
+
+	t.Run("an operator command needs no EVENTS_TOKEN", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "postgres://h/db"}))
+		require.NoError(t, err)
+		require.Equal(t, "postgres://h/db", c.DatabaseURL)
+		_, err = config.LoadCommand(env(map[string]string{}))
+		require.ErrorContains(t, err, "DATABASE_URL")
+	})
 
 	t.Run("database url errors never echo the password", func(t *testing.T) {
 		t.Parallel()
@@ -90,7 +174,23 @@ func TestLoadBilling(t *testing.T) {
 		require.Equal(t, ":8081", c.HTTPAddr)
 		require.Equal(t, 720*time.Hour, c.ReceiptsRetention)
 		require.Equal(t, time.Hour, c.CleanupInterval)
+		require.Empty(t, c.NATSURL, "no NATS consumer unless asked")
+		require.Equal(t, 30*time.Second, c.NATSAckWait)
 	})
+
+	for name, kv := range map[string][2]string{
+		"a bad nats url":  {"NATS_URL", "127.0.0.1:4222"},
+		"a bad ack wait":  {"NATS_ACK_WAIT", "soon"},
+		"a zero ack wait": {"NATS_ACK_WAIT", "0s"},
+	} {
+		t.Run("rejects "+name+" naming it", func(t *testing.T) {
+			t.Parallel()
+			env2 := base()
+			env2[kv[0]] = kv[1]
+			_, err := config.LoadBilling(env(env2))
+			require.ErrorContains(t, err, kv[0])
+		})
+	}
 
 	t.Run("rejects a bad retention naming it", func(t *testing.T) {
 		t.Parallel()
@@ -98,5 +198,70 @@ func TestLoadBilling(t *testing.T) {
 		kv["RECEIPTS_RETENTION"] = "30d"
 		_, err := config.LoadBilling(env(kv))
 		require.ErrorContains(t, err, "RECEIPTS_RETENTION")
+	})
+}
+
+func TestLoadAuth(t *testing.T) {
+	t.Parallel()
+	on := map[string]string{
+		"AUTH_JWKS_URL": "http://oauth:8090/outboxpair/jwks",
+		"AUTH_ISSUER":   "http://localhost:8090/outboxpair",
+		"AUTH_AUDIENCE": "outboxpair",
+	}
+
+	t.Run("the three variables turn authentication on", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadAuth(env(on))
+		require.NoError(t, err)
+		require.Equal(t, config.Auth{JWKSURL: on["AUTH_JWKS_URL"], Issuer: on["AUTH_ISSUER"], Audience: on["AUTH_AUDIENCE"]}, c)
+	})
+
+	t.Run("AUTH_DISABLED=true alone turns it off", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadAuth(env(map[string]string{"AUTH_DISABLED": "true"}))
+		require.NoError(t, err)
+		require.True(t, c.Disabled)
+	})
+
+	t.Run("AUTH_DISABLED=false with the three variables is on", func(t *testing.T) {
+		t.Parallel()
+		kv := map[string]string{"AUTH_DISABLED": "false"}
+		for k, v := range on {
+			kv[k] = v
+		}
+		c, err := config.LoadAuth(env(kv))
+		require.NoError(t, err)
+		require.False(t, c.Disabled)
+	})
+
+	bad := []struct {
+		name     string
+		kv       map[string]string
+		variable string
+	}{
+		{"nothing set never leaves the API open", map[string]string{}, "AUTH_JWKS_URL"},
+		{"AUTH_DISABLED=false alone", map[string]string{"AUTH_DISABLED": "false"}, "AUTH_JWKS_URL"},
+		{"AUTH_DISABLED not a boolean", map[string]string{"AUTH_DISABLED": "yes please"}, "AUTH_DISABLED"},
+		{"both disabled and a JWKS URL", map[string]string{"AUTH_DISABLED": "true", "AUTH_JWKS_URL": on["AUTH_JWKS_URL"]}, "AUTH_DISABLED"},
+		{"a JWKS URL without an issuer", map[string]string{"AUTH_JWKS_URL": on["AUTH_JWKS_URL"], "AUTH_AUDIENCE": "a"}, "AUTH_ISSUER"},
+		{"a JWKS URL without an audience", map[string]string{"AUTH_JWKS_URL": on["AUTH_JWKS_URL"], "AUTH_ISSUER": "i"}, "AUTH_AUDIENCE"},
+		{"a JWKS URL that is not http(s)", map[string]string{"AUTH_JWKS_URL": "oauth:8090/jwks", "AUTH_ISSUER": "i", "AUTH_AUDIENCE": "a"}, "AUTH_JWKS_URL"},
+	}
+	for _, tc := range bad {
+		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.LoadAuth(env(tc.kv))
+			require.Error(t, err)
+			require.True(t, strings.HasPrefix(err.Error(), tc.variable+": "), err.Error())
+			require.NotContains(t, err.Error(), "\n")
+		})
+	}
+
+	t.Run("the services' variable lists name the AUTH_* variables", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range config.AuthVars {
+			require.Contains(t, config.LabelingVars, name)
+			require.Contains(t, config.BillingVars, name)
+		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/apitest"
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/pgtest"
@@ -35,7 +36,7 @@ func billingServer(t *testing.T, down *atomic.Bool) (*billing.Service, *pgtest.D
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, db.Pool)
-	h.Register(e)
+	h.Register(e, auth.Disabled())
 	checked := apitest.Handler(t, e)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {

@@ -102,9 +102,7 @@ type body struct {
 // other outcome is an ordinary error the relay retries. The error quotes the
 // status and the start of the answer, never the token.
 func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
-	payload, err := json.Marshal(body{
-		ID: m.ID.String(), Type: m.Tag, OccurredAt: m.CreatedAt, Payload: m.Payload,
-	})
+	payload, err := Envelope(m)
 	if err != nil {
 		return outbox.Permanent(fmt.Errorf("encode %s %s: %w", m.Tag, m.ID, err))
 	}
@@ -158,4 +156,11 @@ func Subscriber[E outbox.Event](c *Client) outbox.Subscriber {
 	return outbox.Subscribe(func(ctx context.Context, m outbox.Message, _ E) error {
 		return c.Deliver(ctx, m)
 	})
+}
+
+// Envelope encodes m as the delivery body of contract section 4,
+// {"id","type","occurredAt","payload"}: what Billing's HTTP intake takes, and the
+// body of a JetStream message (infra/stream), so both transports carry one format.
+func Envelope(m outbox.Message) ([]byte, error) {
+	return json.Marshal(body{ID: m.ID.String(), Type: m.Tag, OccurredAt: m.CreatedAt, Payload: m.Payload})
 }

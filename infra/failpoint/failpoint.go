@@ -14,4 +14,5 @@ const (
 	RelayAfterDispatch          = "outbox.relay.after-dispatch"
 	BillingEventsBeforeCommit   = "billing.events.before-commit"
 	BillingEventsAfterCommit    = "billing.events.after-commit"
+	BillingNATSAfterCommit      = "billing.nats.after-commit" // committed, before the JetStream ack
 )

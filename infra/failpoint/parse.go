@@ -12,8 +12,8 @@ import (
 // its tests run in the ordinary test command; a normal binary never references it,
 // so the linker leaves it out.
 type action struct {
-	mu    sync.Mutex
-	skip  int // passes left before acting
+	mu    sync.Mutex //nolint:unused // used by on.go, built only with -tags failpoints
+	skip  int        // passes left before acting
 	kind  string
 	sleep time.Duration
 }
@@ -44,7 +44,7 @@ func Parse(spec string) (map[string]*action, error) {
 		case strings.HasPrefix(act, "sleep(") && strings.HasSuffix(act, ")"):
 			d, err := time.ParseDuration(act[len("sleep(") : len(act)-1])
 			if err != nil {
-				return nil, fmt.Errorf("%q: %v", part, err)
+				return nil, fmt.Errorf("%q: %w", part, err)
 			}
 			a.kind, a.sleep = "sleep", d
 		default:

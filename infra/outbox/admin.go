@@ -45,7 +45,7 @@ func Failed(ctx context.Context, pool *pgxpool.Pool) ([]FailedRow, error) {
 }
 
 // Requeue makes the failed rows among ids pending again, available now, with their
-// attempts reset to 0. It returns how many rows it changed. Ids of rows that are
+// attempts reset to 0 and no claim token (so no earlier claim can settle them). It returns how many rows it changed. Ids of rows that are
 // pending, processed or absent are left alone: requeueing never delivers a
 // processed fact again.
 func Requeue(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
@@ -54,7 +54,7 @@ func Requeue(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, e
 	}
 	tag, err := pool.Exec(ctx, `
 		UPDATE outbox_events
-		SET failed_at = NULL, attempts = 0, available_at = $2, claimed_until = NULL
+		SET failed_at = NULL, attempts = 0, available_at = $2, claimed_until = NULL, claim_token = NULL
 		WHERE id = ANY($1) AND failed_at IS NOT NULL`,
 		ids, time.Now().UnixMilli())
 	if err != nil {
@@ -67,7 +67,7 @@ func Requeue(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, e
 func RequeueAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	tag, err := pool.Exec(ctx, `
 		UPDATE outbox_events
-		SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL
+		SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL, claim_token = NULL
 		WHERE failed_at IS NOT NULL`,
 		time.Now().UnixMilli())
 	if err != nil {

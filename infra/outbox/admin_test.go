@@ -60,6 +60,8 @@ func TestRequeue(t *testing.T) {
 		t.Parallel()
 		a := setupAdmin(t)
 		processed, pending := getRow(t, a.pool, a.processed), getRow(t, a.pool, a.pending)
+		// A row dead-lettered by an old relay may still carry its claim's token.
+		exec(t, a.pool, `UPDATE outbox_events SET claim_token = gen_random_uuid() WHERE id = $1`, a.failed)
 		before := time.Now().UnixMilli()
 
 		n, err := outbox.Requeue(ctxT(t), a.pool, []uuid.UUID{a.failed, a.processed, a.pending, uuid.New()})
@@ -70,6 +72,7 @@ func TestRequeue(t *testing.T) {
 		require.Nil(t, got.FailedAt)
 		require.Zero(t, got.Attempts)
 		require.Nil(t, got.ClaimedUntil)
+		require.Zero(t, count(t, a.pool, "id = $1 AND claim_token IS NOT NULL", a.failed), "no earlier claim can settle it")
 		require.GreaterOrEqual(t, got.AvailableAt, before)
 		require.LessOrEqual(t, got.AvailableAt, time.Now().UnixMilli())
 		require.Equal(t, processed, getRow(t, a.pool, a.processed), "a processed row is never delivered again")
@@ -86,13 +89,14 @@ func TestRequeue(t *testing.T) {
 		t.Parallel()
 		a := setupAdmin(t)
 		other := appendEvents(t, a.pool, thing{N: 9})[0]
-		exec(t, a.pool, `UPDATE outbox_events SET attempts = 1, failed_at = 500 WHERE id = $1`, other)
+		exec(t, a.pool, `UPDATE outbox_events SET attempts = 1, failed_at = 500, claim_token = gen_random_uuid() WHERE id = $1`, other)
 
 		n, err := outbox.RequeueAllFailed(ctxT(t), a.pool)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 		require.Zero(t, count(t, a.pool, "failed_at IS NOT NULL"))
 		require.Equal(t, 2, count(t, a.pool, "attempts = 0"))
+		require.Zero(t, count(t, a.pool, "claim_token IS NOT NULL"))
 		require.NotNil(t, getRow(t, a.pool, a.processed).ProcessedAt)
 
 		n, err = outbox.RequeueAllFailed(ctxT(t), a.pool)

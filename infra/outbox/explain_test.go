@@ -6,53 +6,128 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/pgtest"
 )
 
-func TestClaimUsesPendingIndex(t *testing.T) {
+// TestPlansStayOnIndexes proves that the claim reads the pending index and the
+// settle the primary key, whatever the planner believes about the table: never
+// analyzed, analyzed while empty (the normal state of a fresh deploy), analyzed
+// with history and no backlog before a backlog builds (the normal steady
+// state), or analyzed with a large backlog and history. A settle that matched the pending
+// index's predicate once scanned that index and filtered on id (10 ms a row
+// with a 50k backlog instead of 0.1 ms), which made draining a backlog
+// quadratic.
+func TestPlansStayOnIndexes(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
-	now := time.Now().UnixMilli()
-	// 20,000 processed rows and a few pending ones: the claim must read the
-	// pending rows through the partial index, not scan the settled history.
-	exec(t, db.Pool, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at)
-		SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint - g, $1::bigint - g, 1, $1::bigint
-		FROM generate_series(1, 20000) g`, now)
-	appendEvents(t, db.Pool, things(5)...)
-	exec(t, db.Pool, `ANALYZE outbox_events`)
+	const pending, settled = 50_000, 100_000
 
-	lease := time.Minute.Milliseconds()
-	args := []any{now, now + lease, now + 2*lease, 10}
-
-	plan := func(t *testing.T, setting string) string {
-		conn, err := db.Pool.Acquire(ctxT(t))
-		require.NoError(t, err)
-		defer conn.Release()
-		// A prepared statement is what pgx runs; after a few executions the
-		// server may switch it to a generic plan, which must use the index too.
-		_, err = conn.Exec(ctxT(t), `SET plan_cache_mode = `+setting)
-		require.NoError(t, err)
-		_, err = conn.Exec(ctxT(t), `PREPARE claim(bigint, bigint, bigint, integer) AS `+outbox.ClaimSQL)
-		require.NoError(t, err)
-		defer conn.Exec(ctxT(t), `DEALLOCATE claim; RESET plan_cache_mode`) //nolint:errcheck
-		// EXECUTE takes no bind parameters; these are integers the test made.
-		rows, err := conn.Query(ctxT(t), fmt.Sprintf(`EXPLAIN EXECUTE claim(%d, %d, %d, %d)`, args...))
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return strings.Join(lines, "\n")
+	fill := func(t *testing.T, db *pgtest.DB) {
+		now := time.Now().UnixMilli()
+		exec(t, db.Pool, `
+			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at)
+			SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint - g, $1::bigint - g, 1, $1::bigint
+			FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), settled)
+		exec(t, db.Pool, `
+			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+			SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint + g, 0
+			FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), pending)
 	}
+	states := map[string]func(t *testing.T, db *pgtest.DB){
+		"never analyzed": fill,
+		"analyzed while empty": func(t *testing.T, db *pgtest.DB) {
+			exec(t, db.Pool, `ANALYZE outbox_events`)
+			fill(t, db)
+		},
+		"analyzed full": func(t *testing.T, db *pgtest.DB) {
+			fill(t, db)
+			exec(t, db.Pool, `ANALYZE outbox_events`)
+		},
+		// The steady state: vacuumed and analyzed with history and no backlog, so
+		// the planner believes the pending index nearly empty; then a backlog
+		// builds. The settle of v1 (which repeated the index's predicate) then
+		// scanned the pending index and filtered on id.
+		"analyzed with history and no backlog, then a backlog": func(t *testing.T, db *pgtest.DB) {
+			now := time.Now().UnixMilli()
+			exec(t, db.Pool, `
+				INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at)
+				SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint - g, $1::bigint - g, 1, $1::bigint
+				FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), settled)
+			exec(t, db.Pool, `VACUUM ANALYZE outbox_events`)
+			exec(t, db.Pool, `
+				INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+				SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint + g, 0
+				FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), pending)
+		},
+		"vacuumed and analyzed full": func(t *testing.T, db *pgtest.DB) {
+			fill(t, db)
+			exec(t, db.Pool, `VACUUM ANALYZE outbox_events`)
+		},
+	}
+	for state, prepare := range states {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			db := newDB(t)
+			prepare(t, db)
+			now := time.Now().UnixMilli()
+			lease := time.Minute.Milliseconds()
+			ids := make([]string, 50)
+			for i := range ids {
+				ids[i] = uuid.NewString()
+			}
+			idList := "'{" + strings.Join(ids, ",") + "}'"
+			tokList := "'{" + strings.Repeat(uuid.NewString()+",", len(ids)-1) + uuid.NewString() + "}'"
+			kinds := "'{" + strings.TrimSuffix(strings.Repeat("processed,", len(ids)), ",") + "}'"
+			ats := "'{" + strings.TrimSuffix(strings.Repeat(fmt.Sprint(now)+",", len(ids)), ",") + "}'"
+			errs := "'{" + strings.TrimSuffix(strings.Repeat("NULL,", len(ids)), ",") + "}'"
 
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		t.Run("the inner select reads outbox_events_pending_idx with a "+mode, func(t *testing.T) {
-			p := plan(t, mode)
-			t.Logf("claim plan (%s):\n%s", mode, p)
-			require.Contains(t, p, "outbox_events_pending_idx")
-			require.NotContains(t, p, "Seq Scan")
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				t.Run("the claim reads outbox_events_pending_idx with a "+mode, func(t *testing.T) {
+					for _, floor := range []int64{0, now - time.Minute.Milliseconds()} {
+						p := explain(t, db, mode, "claim(bigint, bigint, bigint, integer, bigint, integer, uuid)", outbox.ClaimSQL,
+							fmt.Sprintf("%d, %d, %d, %d, %d, %d, '%s'", now, now+lease, now+2*lease, 10, floor, 10, uuid.NewString()))
+						require.Contains(t, p, "Index Scan using outbox_events_pending_idx", p)
+						require.NotContains(t, p, "Seq Scan", p)
+						require.NotContains(t, p, "Bitmap", p)
+					}
+				})
+				t.Run("the settle reads the primary key with a "+mode, func(t *testing.T) {
+					p := explain(t, db, mode, "settle(uuid[], uuid[], text[], bigint[], text[])", outbox.SettleSQL,
+						strings.Join([]string{idList, tokList, kinds, ats, errs}, ", "))
+					require.Contains(t, p, "outbox_events_pkey", p)
+					require.NotContains(t, p, "outbox_events_pending_idx", p)
+					require.NotContains(t, p, "Seq Scan on outbox_events", p)
+				})
+			}
 		})
 	}
+}
+
+// explain is the plan of sql prepared as name (with its parameter types) and
+// executed with args under plan_cache_mode = mode. A prepared statement is what
+// pgx runs; after a few executions the server may switch it to a generic plan,
+// which must use the index too.
+func explain(t *testing.T, db *pgtest.DB, mode, name, sql, args string) string {
+	t.Helper()
+	conn, err := db.Pool.Acquire(ctxT(t))
+	require.NoError(t, err)
+	defer conn.Release()
+	stmt := name[:strings.Index(name, "(")]
+	_, err = conn.Exec(ctxT(t), `SET plan_cache_mode = `+mode)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctxT(t), `PREPARE `+name+` AS `+sql)
+	require.NoError(t, err)
+	defer conn.Exec(ctxT(t), `DEALLOCATE `+stmt+`; RESET plan_cache_mode`) //nolint:errcheck
+	// EXECUTE takes no bind parameters; these are literals the test made.
+	rows, err := conn.Query(ctxT(t), `EXPLAIN EXECUTE `+stmt+`(`+args+`)`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	t.Logf("%s plan (%s):\n%s", stmt, mode, plan)
+	return plan
 }

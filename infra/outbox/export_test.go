@@ -1,4 +1,7 @@
 package outbox
 
-// ClaimSQL exposes the claim statement to the EXPLAIN test.
-const ClaimSQL = claimSQL
+// The statements, for the EXPLAIN tests.
+const (
+	ClaimSQL  = claimSQL
+	SettleSQL = settleSQL
+)

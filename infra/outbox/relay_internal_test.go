@@ -36,9 +36,9 @@ func TestStopReleasesUndispatchedClaims(t *testing.T) {
 	// Claimed as a tick would, but never dispatched: the state a tick is in when
 	// it is stuck between its claim and its dispatch (say at a failpoint) as the
 	// relay stops.
-	msgs, err := r.claim(ctx)
+	got, err := r.claim(ctx, 10, 0)
 	require.NoError(t, err)
-	require.Len(t, msgs, 2)
+	require.Len(t, got.jobs, 2)
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Stop(ctx))
 

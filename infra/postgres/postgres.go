@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,17 +21,59 @@ import (
 	"go.uber.org/fx"
 )
 
-// Open parses url and returns a pool. It does not wait for the database: a service
-// may start while its database is still coming up, and /readyz tells when it answers.
+// DefaultMaxConns is the pool size when the URL sets no pool_max_conns: room for
+// the HTTP handlers plus the outbox relay, which holds up to two pool
+// connections at once (its claim loop and its settler) and one of its own for
+// LISTEN. pgx's own default (4, or the CPU count) lets a busy relay starve the
+// API and the API starve the relay.
+const DefaultMaxConns = 12
+
+// Bounds are the limits every pooled connection starts with (0 leaves the server's
+// setting). A statement or a lock wait over its bound fails with a PostgreSQL error
+// that Unavailable reports, so the caller answers 503 instead of waiting for ever.
+type Bounds struct {
+	StatementTimeout time.Duration // statement_timeout
+	LockTimeout      time.Duration // lock_timeout
+}
+
+// Isolation is the isolation level every connection is pinned to. The use cases
+// rely on READ COMMITTED: a create that meets a concurrent insert of the same id
+// re-reads the row in a new statement, which a REPEATABLE READ snapshot (a server
+// default some operators set) would turn into a serialization failure.
+const Isolation = "read committed"
+
+// Open parses url and returns a pool pinned to Isolation. It does not wait for the
+// database: a service may start while its database is still coming up, and /readyz
+// tells when it answers.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return OpenBounded(ctx, url, Bounds{})
+}
+
+// OpenBounded is Open with b set on every connection.
+func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, DefaultMaxConns)
 	}
 	// A dead connection (database restarted, backend terminated) is found and
 	// replaced quickly instead of failing a stream of queries.
 	cfg.HealthCheckPeriod = 5 * time.Second
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	// Startup parameters: they win over per-database and per-role defaults.
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	params["default_transaction_isolation"] = Isolation
+	if b.StatementTimeout > 0 {
+		params["statement_timeout"] = strconv.FormatInt(b.StatementTimeout.Milliseconds(), 10)
+	}
+	if b.LockTimeout > 0 {
+		params["lock_timeout"] = strconv.FormatInt(b.LockTimeout.Milliseconds(), 10)
+	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
@@ -85,11 +129,13 @@ func Unavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// Class 08: connection exception; 57P01..57P03: admin shutdown, crash
-		// shutdown, cannot connect now; 53300: too many connections.
+		// shutdown, cannot connect now; 53300: too many connections; 57014 and
+		// 55P03: statement_timeout and lock_timeout (the database is too busy for
+		// this request now; a retry later may pass).
 		switch {
 		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
 			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03",
-			pgErr.Code == "53300":
+			pgErr.Code == "53300", pgErr.Code == "57014", pgErr.Code == "55P03":
 			return true
 		}
 		return false
@@ -101,23 +147,27 @@ func Unavailable(err error) bool {
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isNetError(err)
 }
 
-// Config names a service's database and the migrations it owns.
+// Config names a service's database, the migrations it owns and the bounds of its
+// pool.
 type Config struct {
 	URL        string
 	Migrations fs.FS
+	Bounds     Bounds
 }
 
-// Module provides the service's *pgxpool.Pool. On start it applies the pending
-// migrations (waiting for a replica that holds the migration lock), before any
-// component that uses the pool starts; on stop it closes the pool after them.
+// Module provides the service's *pgxpool.Pool, with cfg.Bounds. On start it applies
+// the pending migrations (waiting for a replica that holds the migration lock)
+// over a connection of their own without the bounds, since a migration may rightly
+// take longer than any request, before any component that uses the pool starts; on
+// stop it closes the pool after them.
 var Module = fx.Module("postgres",
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (*pgxpool.Pool, error) {
-		pool, err := Open(context.Background(), cfg.URL)
+		pool, err := OpenBounded(context.Background(), cfg.URL, cfg.Bounds)
 		if err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
 		lc.Append(fx.Hook{
-			OnStart: func(ctx context.Context) error { return Migrate(ctx, pool, cfg.Migrations, logger) },
+			OnStart: func(ctx context.Context) error { return MigrateURL(ctx, cfg.URL, cfg.Migrations, logger) },
 			OnStop:  func(context.Context) error { pool.Close(); return nil },
 		})
 		return pool, nil

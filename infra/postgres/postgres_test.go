@@ -60,7 +60,7 @@ func TestMigrate(t *testing.T) {
 		db := pgtest.New(t, migrations.Billing)
 		ctx := context.Background()
 		// Start from an empty schema so the migrations really run.
-		_, err := db.Pool.Exec(ctx, "DROP TABLE billing_receipts, billing_quota, goose_db_version")
+		_, err := db.Pool.Exec(ctx, "DROP TABLE billing_receipts, billing_quota, billing_nats_failed, goose_db_version")
 		require.NoError(t, err)
 		errs := make(chan error, 4)
 		for range 4 {
@@ -72,6 +72,29 @@ func TestMigrate(t *testing.T) {
 		var applied int
 		require.NoError(t, db.Pool.QueryRow(ctx,
 			"SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&applied))
-		require.Equal(t, 1, applied)
+		require.Equal(t, 2, applied, "each of the billing set's migrations once")
+	})
+}
+
+func TestOpenPoolSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("without pool_max_conns the pool has room for the API and the relay", func(t *testing.T) {
+		t.Parallel()
+		pool, err := postgres.Open(ctx, "postgres://u@127.0.0.1:1/db")
+		require.NoError(t, err)
+		defer pool.Close()
+		require.GreaterOrEqual(t, pool.Config().MaxConns, int32(postgres.DefaultMaxConns))
+	})
+
+	t.Run("a pool_max_conns in the URL is honoured", func(t *testing.T) {
+		t.Parallel()
+		for _, url := range []string{"postgres://u@127.0.0.1:1/db?pool_max_conns=3", "host=127.0.0.1 port=1 user=u pool_max_conns=3"} {
+			pool, err := postgres.Open(ctx, url)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, pool.Config().MaxConns, url)
+			pool.Close()
+		}
 	})
 }

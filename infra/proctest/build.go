@@ -53,7 +53,7 @@ func build(pkg string, tags []string) (string, error) {
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // only when go is not on PATH: the toolchain that built this test
 	}
 	binMu.Lock()
 	if binDir == "" {
@@ -73,7 +73,7 @@ func build(pkg string, tags []string) (string, error) {
 	cmd := exec.Command(goTool, append(args, pkg)...)
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, msg)
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(cmd.Args[1:], " "), err, msg)
 	}
 	return out, nil
 }

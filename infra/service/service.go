@@ -1,6 +1,6 @@
 // Package service is what both binaries do around their fx app: the JSON logger,
-// running until SIGINT or SIGTERM with bounded start and stop, and the healthcheck
-// subcommand that container health checks run.
+// running until SIGINT or SIGTERM with bounded start and an ordered, budgeted stop,
+// and the healthcheck subcommand that container health checks run.
 package service
 
 import (
@@ -13,11 +13,23 @@ import (
 	"time"
 
 	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/web"
 )
 
-// StopTimeout bounds a graceful stop: draining HTTP requests, finishing or
-// abandoning outbox dispatches and releasing their claims.
-const StopTimeout = 20 * time.Second
+// The shares of the stop budget. The HTTP server's share is its DrainTimeout (the
+// request timeout plus a little); each background component gets its own share,
+// so a relay whose subscriber hangs cannot starve the HTTP drain and vice versa.
+const (
+	// RelayStopTimeout bounds the outbox relay's Stop: waiting for its dispatches,
+	// then cancelling them and releasing every unsettled claim.
+	RelayStopTimeout = 8 * time.Second
+	// CleanupStopTimeout bounds the retention loop's Stop.
+	CleanupStopTimeout = 2 * time.Second
+	// closeReserve is for what stops last without a share of its own (closing
+	// the pool once every user of it has stopped).
+	closeReserve = 2 * time.Second
+)
 
 // StartTimeout bounds start-up, including waiting for another replica's migrations.
 const StartTimeout = 2 * time.Minute
@@ -27,13 +39,31 @@ func Logger(service string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("service", service)
 }
 
+// StopTimeout is the whole stop budget of an app whose server drains within
+// drain: the sum of every share, so each component gets its full share.
+func StopTimeout(drain time.Duration) time.Duration {
+	return drain + RelayStopTimeout + CleanupStopTimeout + closeReserve
+}
+
 // Run starts an fx app built from opts, waits for SIGINT or SIGTERM, and stops it.
-// It returns an error when the app fails to build, start or stop cleanly.
+// The app must provide a *web.Server (web.Module); Run puts it in the lifecycle
+// last, so it starts once everything it serves has started, and on SIGTERM it is
+// the first to stop: new connections are refused and /readyz answers 503 at once,
+// the requests in flight are answered within the server's DrainTimeout, and only
+// then do the background components stop (each within the share StopWithin gave
+// it) and the pool close. It returns an error when the app fails to build, start
+// or stop cleanly.
 func Run(opts ...fx.Option) error {
+	var server *web.Server
 	app := fx.New(append(opts,
+		// A root-level Invoke runs after every module's, so this hook is appended
+		// last: fx stops hooks in reverse order.
+		fx.Invoke(func(lc fx.Lifecycle, s *web.Server) {
+			server = s
+			lc.Append(fx.Hook{OnStart: s.Start, OnStop: Within(s.DrainTimeout(), s.Stop)})
+		}),
 		fx.NopLogger,
 		fx.StartTimeout(StartTimeout),
-		fx.StopTimeout(StopTimeout),
 	)...)
 	if err := app.Err(); err != nil {
 		return err
@@ -44,9 +74,42 @@ func Run(opts ...fx.Option) error {
 		return err
 	}
 	<-app.Wait()
-	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout(server.DrainTimeout()))
 	defer cancel()
 	return app.Stop(stopCtx)
+}
+
+// Within returns stop bounded by d: its context ends d after the call (or when the
+// caller's ends, if sooner).
+func Within(d time.Duration, stop func(context.Context) error) func(context.Context) error {
+	if stop == nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return stop(ctx)
+	}
+}
+
+// StopWithin groups opts in a module named name in which every lifecycle hook's
+// OnStop is bounded by d (Within): a component's own share of the stop budget,
+// given without changing the component.
+func StopWithin(name string, d time.Duration, opts ...fx.Option) fx.Option {
+	return fx.Module(name,
+		fx.Decorate(func(lc fx.Lifecycle) fx.Lifecycle { return boundedLifecycle{lc: lc, d: d} }),
+		fx.Options(opts...),
+	)
+}
+
+type boundedLifecycle struct {
+	lc fx.Lifecycle
+	d  time.Duration
+}
+
+func (b boundedLifecycle) Append(h fx.Hook) {
+	h.OnStop = Within(b.d, h.OnStop)
+	b.lc.Append(h)
 }
 
 // Healthcheck asks the server listening on addr (an HTTP_ADDR value) for /readyz

@@ -1,7 +1,9 @@
 // Package web is the HTTP layer both services share: an echo instance with the one
 // error handler that maps fault codes to statuses, strict JSON decoding, request
-// metrics and logs, the health, readiness and metrics endpoints, and a server that
-// listens in fx's OnStart (a taken port fails start-up) and drains in OnStop.
+// metrics and logs whose labels come from fixed sets, panic recovery, the health,
+// readiness and metrics endpoints, and a server that listens in Start (a taken port
+// fails start-up) and, in Stop, refuses new work at once and drains what is in
+// flight. The service package orders Start and Stop in the app's lifecycle.
 package web
 
 import (
@@ -13,8 +15,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,17 +33,27 @@ import (
 // MaxBody is the largest request body DecodeJSON reads; more is a 413.
 const MaxBody = 64 << 10
 
-// Module provides the echo instance and the server that runs it.
+// Module provides the echo instance and the server that runs it. It does not put
+// the server in the lifecycle: service.Run does, last, so that the server starts
+// after everything it serves and stops first.
 var Module = fx.Module("web",
 	fx.Provide(New, NewServer),
-	fx.Invoke(func(lc fx.Lifecycle, s *Server) {
-		lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
-	}),
 )
+
+// DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0.
+const DefaultRequestTimeout = 8 * time.Second
+
+// drainSlack is what a drain allows beyond the request timeout: writing the answer
+// of a request that used all of its time.
+const drainSlack = 2 * time.Second
 
 // Config is what the server needs from the service's configuration.
 type Config struct {
 	Addr string
+	// RequestTimeout is the deadline of every request's context (0 means
+	// DefaultRequestTimeout): a request waiting on a lock or a slow database ends
+	// with a 503 instead of holding its connection for ever.
+	RequestTimeout time.Duration
 }
 
 // Pinger answers whether the database is reachable; *pgxpool.Pool fits.
@@ -55,9 +71,57 @@ var (
 		Help:    "Time to answer an HTTP request, by route template.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route"})
+	panics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "http_handler_panics_total",
+		Help: "Handler panics recovered into a 500; each is a defect.",
+	})
 )
 
-func init() { prometheus.MustRegister(requests, latency) }
+func init() { prometheus.MustRegister(requests, latency, panics) }
+
+// knownMethods are the methods a metric label or a log line names; every other
+// token a client sends as a method is "other", so no request creates a series.
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// MethodLabel is method if it is a standard HTTP method, else "other".
+func MethodLabel(method string) string {
+	if knownMethods[method] {
+		return method
+	}
+	return "other"
+}
+
+// routeLabel is the matched route template, or "unmatched": never the raw path.
+func routeLabel(c echo.Context) string {
+	if r := c.Path(); r != "" {
+		return r
+	}
+	return "unmatched"
+}
+
+// maxEcho is the most characters of client input an error message or a log line
+// repeats.
+const maxEcho = 64
+
+// Clip returns s cut to at most n runes, with "…" when it was cut, so that an
+// error message or a log line never repeats a client's whole input.
+func Clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i, count := 0, 0
+	for i = range s {
+		if count == n {
+			break
+		}
+		count++
+	}
+	return s[:i] + "…"
+}
 
 // New returns an echo instance with the error handler, request metrics and
 // logging, and /healthz, /readyz (a ping of db) and /metrics.
@@ -100,12 +164,25 @@ type ErrorBody struct {
 	} `json:"error"`
 }
 
+// StatusClientClosed answers a request whose client went away before its answer
+// (nginx's 499): not a server error, so it stays out of the 5xx alert.
+const StatusClientClosed = 499
+
 // ErrorHandler answers err with the status of its code and an ErrorBody. Internal
 // and Unavailable errors are logged with their cause and answered with a generic
-// message; nothing else is logged.
+// message; nothing else is logged. A request whose client went away (its context
+// cancelled) is answered 499 and not logged, whatever code the use case gave it:
+// both services classify it here, the same way.
 func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
+			return
+		}
+		method, route := MethodLabel(c.Request().Method), routeLabel(c)
+		if errors.Is(err, context.Canceled) && errors.Is(c.Request().Context().Err(), context.Canceled) {
+			var body ErrorBody
+			body.Error.Code, body.Error.Message = "client_closed_request", "the client went away"
+			_ = c.JSON(StatusClientClosed, body)
 			return
 		}
 		fe := asFault(err)
@@ -121,10 +198,16 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		body.Error.Message = fe.Message
 		switch fe.Code {
 		case fault.Internal:
-			logger.Error("request failed", "method", c.Request().Method, "route", c.Path(), "error", err)
+			var p *panicError
+			if errors.As(err, &p) {
+				logger.Error("handler panicked", "method", method, "route", route,
+					"panic", Clip(fmt.Sprint(p.value), 1000), "stack", string(p.stack))
+			} else {
+				logger.Error("request failed", "method", method, "route", route, "error", err)
+			}
 			body.Error.Message = "internal error"
 		case fault.Unavailable:
-			logger.Warn("request failed: dependency unavailable", "method", c.Request().Method, "route", c.Path(), "error", err)
+			logger.Warn("request failed: dependency unavailable", "method", method, "route", route, "error", err)
 			body.Error.Message = "service unavailable, retry later"
 		}
 		if c.Request().Method == http.MethodHead {
@@ -189,38 +272,31 @@ func decodeError(err error) error {
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		return fault.Errorf(fault.Invalid, "body is not valid JSON")
 	case errors.As(err, &typ):
-		return fault.Errorf(fault.Invalid, "field %q must be a %s", typ.Field, typ.Type)
-	default:
-		// encoding/json reports unknown fields as `json: unknown field "x"`.
-		return fault.Errorf(fault.Invalid, "body: %s", trimJSONPrefix(err.Error()))
+		return fault.Errorf(fault.Invalid, "field %q must be a %s", Clip(typ.Field, maxEcho), typ.Type)
 	}
-}
-
-func trimJSONPrefix(s string) string {
-	const p = "json: "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
+	// encoding/json reports unknown fields as `json: unknown field "x"`; any other
+	// error came from reading the body (a timeout, a reset connection), and its text
+	// may name internal addresses: answer a fixed message.
+	if field, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		return fault.Errorf(fault.Invalid, "body: unknown field %q", Clip(strings.TrimSuffix(field, `"`), maxEcho))
 	}
-	return s
+	return fault.Errorf(fault.Invalid, "body could not be read")
 }
 
 func observe(logger *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
-			err := next(c)
+			err := recovering(next, c)
 			if err != nil {
 				c.Error(err) // write the error response now, so the status below is final
 			}
-			route := c.Path()
-			if route == "" {
-				route = "unmatched"
-			}
+			route, method := routeLabel(c), MethodLabel(c.Request().Method)
 			status := c.Response().Status
-			requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
+			requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 			latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 			if route != "/metrics" && route != "/healthz" && route != "/readyz" {
-				logger.Info("request", "method", c.Request().Method, "route", route,
+				logger.Info("request", "method", method, "route", route,
 					"status", status, "duration_ms", time.Since(start).Milliseconds())
 			}
 			return nil
@@ -228,28 +304,87 @@ func observe(logger *slog.Logger) echo.MiddlewareFunc {
 	}
 }
 
-// Server runs an http.Server for the echo instance.
+// panicError is a recovered handler panic: an Internal error whose value and
+// stack the error handler logs as fields of one JSON line.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
+
+// recovering runs next and turns a panic into an Internal error, so a panicking
+// handler is answered 500, counted and logged like any defect instead of dropping
+// the connection and writing a stack to stderr. http.ErrAbortHandler is the
+// standard library's way to abort a response on purpose and is left to it.
+func recovering(next echo.HandlerFunc, c echo.Context) (err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler { //nolint:errorlint // compared as the sentinel panic value, as net/http does
+			panic(v)
+		}
+		panics.Inc()
+		err = &fault.Error{Code: fault.Internal, Message: "internal error", Err: &panicError{value: v, stack: debug.Stack()}}
+	}()
+	return next(c)
+}
+
+// Server runs an http.Server for the echo instance. Once Stop begins it answers
+// every request that had not yet reached a handler with 503 and Connection: close
+// (/readyz included, so a load balancer takes it out at once; /healthz and
+// /metrics still answer), so a request that arrives after the stop began is never
+// committed.
 type Server struct {
-	srv    *http.Server
-	addr   string
-	ln     net.Listener
-	logger *slog.Logger
-	done   chan struct{}
+	srv            *http.Server
+	handler        http.Handler
+	addr           string
+	requestTimeout time.Duration
+	ln             net.Listener
+	logger         *slog.Logger
+	done           chan struct{}
+	draining       atomic.Bool
 }
 
 // NewServer returns a server for e on cfg.Addr; it listens only when started.
 func NewServer(cfg Config, e *echo.Echo, logger *slog.Logger) *Server {
-	return &Server{
-		addr:   cfg.Addr,
-		logger: logger,
-		srv: &http.Server{
-			Handler:           e,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      60 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-		},
+	timeout := cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
 	}
+	s := &Server{addr: cfg.Addr, handler: e, requestTimeout: timeout, logger: logger}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      timeout + drainSlack,
+		IdleTimeout:       2 * time.Minute,
+		// The server's own complaints (a bad TLS handshake, a superfluous
+		// WriteHeader) go through slog too: one JSON object a line.
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+	}
+	return s
+}
+
+// DrainTimeout is the share of the stop budget Stop needs: the request timeout,
+// so that every request in flight can finish, plus a little to write its answer.
+func (s *Server) DrainTimeout() time.Duration { return s.requestTimeout + drainSlack }
+
+// ServeHTTP refuses new requests once the server is draining, and gives every
+// other request its deadline.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() && r.URL.Path != "/healthz" && r.URL.Path != "/metrics" {
+		w.Header().Set("Connection", "close")
+		w.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"shutting down, retry on another instance"}}`+"\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout)
+	defer cancel()
+	s.handler.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // Start listens on the configured address, so that a taken port fails start-up,
@@ -274,13 +409,23 @@ func (s *Server) Start(context.Context) error {
 // Addr is the address the server listens on, once started.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Stop stops accepting, lets in-flight requests finish until ctx ends, then closes
-// what is left.
+// Stop closes the listener at once (new connections are refused), answers 503 to
+// any request that had not reached a handler yet, and lets the requests in flight
+// finish until ctx ends; then it closes what is left, logging how it ended.
 func (s *Server) Stop(ctx context.Context) error {
+	s.draining.Store(true)
+	if s.done == nil {
+		return nil // never started
+	}
+	start := time.Now()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		_ = s.srv.Close()
+		s.logger.Warn("http drain ran out of its budget; cut the requests still in flight",
+			"duration_ms", time.Since(start).Milliseconds(), "error", err)
+	} else {
+		s.logger.Info("http drained", "duration_ms", time.Since(start).Milliseconds())
 	}
 	<-s.done
-	return err
+	return nil
 }

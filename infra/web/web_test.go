@@ -185,7 +185,10 @@ func TestServer(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, 200, resp.StatusCode)
 		require.NoError(t, s.Stop(context.Background()))
-		_, err = http.Get("http://" + s.Addr() + "/healthz")
+		resp, err = http.Get("http://" + s.Addr() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
 		require.Error(t, err)
 	})
 }

@@ -1,0 +1,140 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, path))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// shellCommands joins continuation lines and collapses blanks, so that two
+// spellings of one command compare equal.
+func shellCommands(script string) []string {
+	var out []string
+	var cur strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		line = strings.TrimSpace(line)
+		if cont, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(cont + " ")
+			continue
+		}
+		cur.WriteString(line)
+		if s := strings.Join(strings.Fields(cur.String()), " "); s != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+	}
+	return out
+}
+
+// section returns the README's text from the heading "## name" to the next one.
+func section(t *testing.T, readme, name string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(readme, "\n## "+name+"\n")
+	require.True(t, ok, "README has a section %q", name)
+	if i := strings.Index(rest, "\n## "); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}
+
+var shBlock = regexp.MustCompile("(?s)```sh\n(.*?)```")
+
+// readmeTestCommand is the one command of the README's "Running the tests".
+func readmeTestCommand(t *testing.T) string {
+	t.Helper()
+	m := shBlock.FindStringSubmatch(section(t, read(t, "README.md"), "Running the tests"))
+	require.NotNil(t, m)
+	cmds := shellCommands(m[1])
+	require.Len(t, cmds, 1)
+	require.Contains(t, cmds[0], "go test ")
+	return cmds[0]
+}
+
+// readmeCurlSteps are the curl commands of the README's Quick start.
+func readmeCurlSteps(t *testing.T) []string {
+	t.Helper()
+	var steps []string
+	for _, m := range shBlock.FindAllStringSubmatch(section(t, read(t, "README.md"), "Quick start"), -1) {
+		for _, c := range shellCommands(m[1]) {
+			if strings.HasPrefix(c, "curl ") {
+				steps = append(steps, c)
+			}
+		}
+	}
+	return steps
+}
+
+// TestCIWorkflow runs the tests of deploy/workflow, a module of its own (see its
+// go.mod), which lint .github/workflows/ci.yml with actionlint and check that it
+// runs the README's test command against a PostgreSQL service.
+func TestCIWorkflow(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "test", "-count=1", "./...")
+	cmd.Dir = filepath.Join(root, "deploy", "workflow")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+func TestCIRun(t *testing.T) {
+	t.Parallel()
+	script := read(t, ".ci/run")
+	readme := readmeTestCommand(t)
+	url, command, ok := strings.Cut(readme, " go test ")
+	require.True(t, ok)
+	command = "go test " + command
+
+	cmds := shellCommands(script)
+	require.Contains(t, cmds, "export "+url, ".ci/run points the tests where the README does")
+	found := false
+	for _, c := range cmds {
+		found = found || strings.HasPrefix(c, command+" ") || c == command
+	}
+	require.True(t, found, ".ci/run runs the README's test command %q", command)
+	lint := regexp.MustCompile(`golangci-lint/v2/cmd/golangci-lint@v[0-9.]+`)
+	pinned := lint.FindString(script)
+	require.NotEmpty(t, pinned, "lint comes through the Go module proxy")
+	require.Equal(t, []string{pinned}, lint.FindAllString(read(t, ".github/workflows/ci.yml"), -1),
+		"the workflow lints with the same version")
+}
+
+func TestSmokeScript(t *testing.T) {
+	t.Parallel()
+	const path = "deploy/smoke.sh"
+
+	t.Run("is valid bash", func(t *testing.T) {
+		t.Parallel()
+		out, err := exec.Command("bash", "-n", filepath.Join(root, path)).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	})
+
+	t.Run("walks every curl step of the README's Quick start, verbatim", func(t *testing.T) {
+		t.Parallel()
+		script := strings.Join(shellCommands(read(t, path)), "\n")
+		steps := readmeCurlSteps(t)
+		require.Len(t, steps, 9, "the Quick start's steps: create, activate, quota, deactivate, quota, replay, conflict, no token, another org")
+		for _, step := range steps {
+			require.Contains(t, script, step)
+		}
+	})
+
+	t.Run("brings the stack up waiting for health and always takes it down with its volumes", func(t *testing.T) {
+		t.Parallel()
+		script := read(t, path)
+		require.Contains(t, script, "docker compose up -d --build --wait")
+		require.Contains(t, script, "docker compose down -v")
+		require.Contains(t, script, "trap cleanup EXIT")
+		require.Contains(t, script, "set -euo pipefail")
+	})
+}

@@ -1,0 +1,46 @@
+package auth
+
+import (
+	"log/slog"
+
+	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/config"
+)
+
+// Settings is how a service asks for authentication: Disabled, or a Config. The
+// service's wiring fills it from infra/config.Auth.
+type Settings struct {
+	Disabled bool
+	Config   Config
+}
+
+// SettingsFrom turns the variables (AUTH_*) into Settings.
+func SettingsFrom(c config.Auth) Settings {
+	return Settings{Disabled: c.Disabled, Config: Config{JWKSURL: c.JWKSURL, Issuer: c.Issuer, Audience: c.Audience}}
+}
+
+// Module provides the *Guard the HTTP slices put on their org routes, from the
+// Settings the app supplies, and runs the verifier's key refresh with the app.
+var Module = fx.Module("auth",
+	fx.Provide(New),
+	fx.Invoke(func(lc fx.Lifecycle, v *Verifier) {
+		if v != nil {
+			lc.Append(fx.Hook{OnStart: v.Start, OnStop: v.Stop})
+		}
+	}),
+)
+
+// New returns the guard for s and its verifier (nil when disabled). Disabled logs
+// one warning, so an open API never goes unnoticed in the logs.
+func New(s Settings, logger *slog.Logger) (*Guard, *Verifier, error) {
+	if s.Disabled {
+		logger.Warn("auth: AUTH_DISABLED=true: /v1 is served without authentication; never do this outside development")
+		return Disabled(), nil, nil
+	}
+	v, err := NewVerifier(s.Config, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return NewGuard(v, logger), v, nil
+}

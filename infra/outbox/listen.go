@@ -1,0 +1,138 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// notifyChannel is the channel on which relays tell each other that rows were
+// appended.
+const notifyChannel = "outbox_events"
+
+const (
+	listenRetry    = 100 * time.Millisecond
+	listenRetryMax = 30 * time.Second
+)
+
+// listen holds a dedicated connection (outside the pool, from the pool's
+// connection settings) that LISTENs on notifyChannel and wakes the relay on
+// each notification from another session, so a row appended on any replica is
+// claimed at once by whichever relay has a free slot. The same connection
+// broadcasts this process's Nudges (pg_notify after the appending commit,
+// folded while one is in flight). A lost connection is replaced with a
+// doubling wait; meanwhile the relay still polls.
+//
+// Choice: the notification is sent after the commit, not by a trigger inside
+// the appending transaction. A NOTIFY holds a database-wide lock until its
+// transaction has committed, so in-transaction notifies serialise every
+// appending commit (2,400 → 350 inserts/s with 8 clients on this machine). A
+// notification lost between the commit and the broadcast (the process died)
+// costs other replicas a poll interval; this process's own relay was woken by
+// Nudge directly.
+func (r *Relay) listen(ctx context.Context) {
+	defer close(r.listenDone)
+	failures := 0
+	for {
+		err := r.listenOnce(ctx, &failures)
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		wait := failBackoff(failures, listenRetry, listenRetryMax)
+		if failures == 1 {
+			r.logger.Warn("outbox relay cannot LISTEN; polling until it can", "err", err, "retry_in", wait)
+		} else {
+			r.logger.Debug("outbox relay cannot LISTEN", "err", err, "failures", failures, "retry_in", wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, failures *int) error {
+	session, end := context.WithCancel(ctx)
+	defer end()
+	connectCtx, cancel := context.WithTimeout(session, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(connectCtx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn.Close(closeCtx) // the connection is dropped either way
+	}()
+	// A broadcast is a hint: it need not wait for its commit to reach disk.
+	if _, err := conn.Exec(connectCtx, "SET synchronous_commit = off"); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(connectCtx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	if *failures > 0 {
+		r.logger.Info("outbox relay listens again", "failed_attempts", *failures)
+		*failures = 0
+	}
+	r.wake() // rows appended elsewhere while nobody listened
+	self := conn.PgConn().PID()
+
+	// A connection runs one command at a time: a broadcast request interrupts
+	// the wait for notifications (a cancelled wait leaves the connection usable).
+	var (
+		mu         sync.Mutex
+		cancelWait context.CancelFunc
+		send       atomic.Bool
+	)
+	go func() {
+		for {
+			select {
+			case <-session.Done():
+				return
+			case <-r.broadcast:
+			}
+			send.Store(true)
+			mu.Lock()
+			if cancelWait != nil {
+				cancelWait()
+			}
+			mu.Unlock()
+		}
+	}()
+	for {
+		if send.Swap(false) {
+			if _, err := conn.Exec(session, "SELECT pg_notify($1, '')", notifyChannel); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		wait, stop := context.WithCancel(session)
+		cancelWait = stop
+		mu.Unlock()
+		if send.Load() {
+			stop()
+			continue
+		}
+		n, err := conn.WaitForNotification(wait)
+		stop()
+		switch {
+		case err == nil:
+			if n.PID != self {
+				r.wake()
+			}
+		case wait.Err() != nil && session.Err() == nil && !conn.IsClosed():
+			// Interrupted for a broadcast.
+		default:
+			return err
+		}
+	}
+}

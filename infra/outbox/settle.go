@@ -1,0 +1,356 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+const (
+	// flushInterval is the most an outcome waits for its batch to fill.
+	flushInterval = 20 * time.Millisecond
+	// flushBatch outcomes waiting trigger a flush at once; one statement
+	// settles at most maxFlush.
+	flushBatch = 100
+	maxFlush   = 1000
+	// maxPending outcomes waiting (the database slow or away) make the
+	// workers wait before handing over more, so memory stays bounded.
+	maxPending = 10 * maxFlush
+	// settleTimeout bounds one flush. It runs on a context of its own, not the
+	// dispatch's: a dispatch that finished must be recorded even while the
+	// relay is being stopped, or it would be delivered again.
+	settleTimeout = 5 * time.Second
+	// flushRetry is the first wait after a failed flush; it doubles up to
+	// flushRetryMax.
+	flushRetry    = 50 * time.Millisecond
+	flushRetryMax = 5 * time.Second
+)
+
+type kind string
+
+const (
+	kindProcessed kind = "processed"
+	kindRetry     kind = "retry"
+	kindFailed    kind = "failed"
+	kindRelease   kind = "release"
+)
+
+// outcome is the settle one claim calls for.
+type outcome struct {
+	job
+	kind  kind
+	at    int64  // processed_at, available_at or failed_at, by kind
+	err   string // last_error, for retry and failed
+	cause error  // the dispatch error, for the log
+}
+
+// settleSQL settles a batch of outcomes in one statement. Each row is matched by
+// primary key and claim token only: the token is never reused, so a relay whose
+// lease ran out (and whose row was reclaimed, settled or requeued since)
+// changes nothing, and the newer claim's outcome stands. The pending-state
+// predicate is deliberately absent: it is the partial index's predicate, and
+// with it the planner may scan that index and filter on id (a settle costing a
+// scan of the backlog). The token is cleared, so replaying a flush whose commit
+// answer was lost changes nothing either.
+const settleSQL = `
+UPDATE outbox_events o SET
+	processed_at  = CASE WHEN u.kind = 'processed' THEN u.at ELSE o.processed_at END,
+	failed_at     = CASE WHEN u.kind = 'failed' THEN u.at ELSE o.failed_at END,
+	available_at  = CASE WHEN u.kind = 'retry' THEN u.at ELSE o.available_at END,
+	last_error    = CASE WHEN u.kind IN ('retry', 'failed') THEN u.err ELSE o.last_error END,
+	claimed_until = NULL,
+	claim_token   = NULL
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::text[]) AS u(id, token, kind, at, err)
+WHERE o.id = u.id AND o.claim_token = u.token
+RETURNING o.id`
+
+// settler batches outcomes into settle statements: flushed when flushBatch are
+// waiting, flushInterval after the first of a batch arrived, and on close. A
+// flush that fails keeps its outcomes and is retried with a growing wait.
+type settler struct {
+	r *Relay
+
+	mu      sync.Mutex
+	pending []outcome
+	room    *sync.Cond // signalled when pending shrinks
+	closed  bool
+
+	wake chan struct{} // size 1: the first outcome of a batch arrived
+	full chan struct{} // size 1: flushBatch are waiting
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newSettler(r *Relay) *settler {
+	s := &settler{
+		r:    r,
+		wake: make(chan struct{}, 1),
+		full: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	s.room = sync.NewCond(&s.mu)
+	return s
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// add queues outcomes. It waits while maxPending are waiting, unless the
+// settler is closing.
+func (s *settler) add(os ...outcome) {
+	s.mu.Lock()
+	for len(s.pending) >= maxPending && !s.closed {
+		s.room.Wait()
+	}
+	wasEmpty := len(s.pending) == 0
+	s.pending = append(s.pending, os...)
+	n := len(s.pending)
+	s.mu.Unlock()
+	if wasEmpty {
+		signal(s.wake)
+	}
+	if n >= flushBatch {
+		signal(s.full)
+	}
+}
+
+// run flushes in the background until stop.
+func (s *settler) run() {
+	defer close(s.done)
+	failures := 0
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		case <-s.full:
+		}
+		if failures == 0 {
+			t := time.NewTimer(flushInterval)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-s.full:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		for {
+			n, err := s.flush(context.Background())
+			if err != nil {
+				failures++
+				wait := failBackoff(failures, flushRetry, flushRetryMax)
+				if failures == 1 {
+					s.r.logger.Warn("outbox settle failed; keeping the outcomes and retrying",
+						"err", err, "retry_in", wait)
+				}
+				signal(s.wake)
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(wait):
+				}
+				break
+			}
+			if failures > 0 {
+				s.r.logger.Info("outbox settles recovered", "failed_flushes", failures)
+				failures = 0
+			}
+			if n < maxFlush && s.waiting() < flushBatch {
+				if s.waiting() > 0 {
+					signal(s.wake)
+				}
+				break
+			}
+		}
+	}
+}
+
+func (s *settler) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// flush settles up to maxFlush waiting outcomes in one statement. On failure
+// they are put back, to be retried.
+func (s *settler) flush(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	n := min(len(s.pending), maxFlush)
+	batch := make([]outcome, n)
+	copy(batch, s.pending)
+	s.pending = append(s.pending[:0], s.pending[n:]...)
+	s.room.Broadcast()
+	s.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+	settled, err := s.exec(ctx, batch)
+	if err != nil {
+		s.mu.Lock()
+		s.pending = append(batch, s.pending...)
+		s.mu.Unlock()
+		return 0, err
+	}
+	s.r.recordSettled(batch, settled)
+	return n, nil
+}
+
+func (s *settler) exec(ctx context.Context, batch []outcome) (map[uuid.UUID]struct{}, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	ids := make([]uuid.UUID, len(batch))
+	tokens := make([]uuid.UUID, len(batch))
+	kinds := make([]string, len(batch))
+	ats := make([]int64, len(batch))
+	errs := make([]*string, len(batch))
+	for i, o := range batch {
+		ids[i], tokens[i], kinds[i], ats[i] = o.ID, o.token, string(o.kind), o.at
+		if o.kind == kindRetry || o.kind == kindFailed {
+			errs[i] = &batch[i].err
+		}
+	}
+	rows, err := s.r.pool.Query(ctx, settleSQL, ids, tokens, kinds, ats, errs)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: settle: %w", err)
+	}
+	defer rows.Close()
+	settled := make(map[uuid.UUID]struct{}, len(batch))
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("outbox: settle: %w", err)
+		}
+		settled[id] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: settle: %w", err)
+	}
+	return settled, nil
+}
+
+// flushAll flushes until nothing waits or ctx ends, retrying failed flushes.
+func (s *settler) flushAll(ctx context.Context) error {
+	failures := 0
+	for {
+		n, err := s.flush(ctx)
+		switch {
+		case err == nil && n == 0:
+			return nil
+		case err == nil:
+			failures = 0
+			continue
+		}
+		failures++
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%d outcomes not settled)", err, s.waiting())
+		case <-time.After(failBackoff(failures, flushRetry, flushRetryMax)):
+		}
+	}
+}
+
+// close stops the background flushes, releases every held row that has no
+// outcome waiting, and flushes everything. If the outcomes cannot be settled
+// within half of ctx's time (a row the database refuses to settle fails its
+// whole batch), the rest of the time goes to releasing those rows instead: a
+// lost outcome is only a redelivery, a row left leased waits for its lease.
+// It fails when some row could be neither settled nor released: those are
+// reclaimed when their lease ends.
+func (s *settler) close(ctx context.Context, started bool) error {
+	s.mu.Lock()
+	s.closed = true
+	s.room.Broadcast()
+	s.mu.Unlock()
+	if started {
+		close(s.stop)
+		<-s.done
+	}
+	s.mu.Lock()
+	waiting := make(map[uuid.UUID]uuid.UUID, len(s.pending))
+	for _, o := range s.pending {
+		waiting[o.ID] = o.token
+	}
+	s.mu.Unlock()
+	var releases []outcome
+	s.r.mu.Lock()
+	for id, j := range s.r.held {
+		if t, ok := waiting[id]; !ok || t != j.token {
+			releases = append(releases, s.r.release(j))
+		}
+	}
+	s.r.mu.Unlock()
+	s.add(releases...)
+
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*settleTimeout)
+		defer cancel()
+	}
+	settleCtx, cancel := context.WithTimeout(ctx, halfOf(ctx, settleTimeout))
+	err := s.flushAll(settleCtx)
+	cancel()
+	if err != nil {
+		s.mu.Lock()
+		unsettled := len(s.pending)
+		for i, o := range s.pending {
+			s.pending[i] = s.r.release(o.job)
+		}
+		s.mu.Unlock()
+		s.r.logger.Warn("outbox relay could not settle its last outcomes; releasing those rows instead",
+			"rows", unsettled, "err", err)
+		err = s.flushAll(ctx)
+	}
+	if len(releases) > 0 {
+		s.r.logger.Info("outbox relay released unsettled claims", "rows", len(releases), "failed", err != nil)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: stop: %w", err)
+	}
+	return nil
+}
+
+// halfOf is half the time left before ctx's deadline, or def without one.
+func halfOf(ctx context.Context, def time.Duration) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return def
+	}
+	return time.Until(deadline) / 2
+}
+
+// recordSettled counts a flushed batch and forgets its rows. An outcome whose
+// row did not match was fenced off: its claim is no longer the row's.
+func (r *Relay) recordSettled(batch []outcome, settled map[uuid.UUID]struct{}) {
+	for _, o := range batch {
+		r.unhold(o.ID, o.token)
+		if _, ok := settled[o.ID]; !ok {
+			if o.kind != kindRelease {
+				fencedTotal.WithLabelValues(o.Tag).Inc()
+				r.logger.Info("outbox settle fenced off: the row was reclaimed elsewhere",
+					"id", o.ID, "tag", o.Tag, "attempt", o.Attempt, "outcome", string(o.kind))
+			}
+			continue
+		}
+		switch o.kind {
+		case kindProcessed:
+			processedTotal.WithLabelValues(o.Tag).Inc()
+		case kindFailed:
+			deadTotal.WithLabelValues(o.Tag).Inc()
+			r.logger.Warn("outbox row failed: dead-lettered until an operator requeues or deletes it",
+				"id", o.ID, "tag", o.Tag, "attempts", o.Attempt, "permanent", IsPermanent(o.cause), "err", o.cause)
+		case kindRetry:
+			retriedTotal.WithLabelValues(o.Tag).Inc()
+			r.logger.Debug("outbox row will be retried", "id", o.ID, "tag", o.Tag, "attempt", o.Attempt, "err", o.cause)
+		}
+	}
+}

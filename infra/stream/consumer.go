@@ -1,0 +1,252 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Message is one delivery of a stream message to a consumer's handler.
+type Message struct {
+	Subject   string
+	MsgID     string // the Nats-Msg-Id header: the outbox row id
+	Data      []byte // the delivery envelope
+	Sequence  uint64 // the stream sequence: unique within the stream
+	Delivered uint64 // 1 on the first delivery
+}
+
+// Handler handles one message. nil acks it; an error marked with Terminate ends
+// it for good (the handler has already recorded it where an operator sees it);
+// any other error naks it with a delay that grows with its deliveries.
+type Handler func(ctx context.Context, m Message) error
+
+type terminal struct{ err error }
+
+func (e *terminal) Error() string { return "terminate: " + e.err.Error() }
+func (e *terminal) Unwrap() error { return e.err }
+
+// Terminate marks err as one no redelivery can fix: the consumer terms the message.
+func Terminate(err error) error { return &terminal{err: err} }
+
+// IsTerminal reports whether err was marked with Terminate.
+func IsTerminal(err error) bool {
+	var t *terminal
+	return errors.As(err, &t)
+}
+
+// ConsumerConfig is one durable pull consumer of the stream.
+type ConsumerConfig struct {
+	URL     string        // NATS_URL
+	Durable string        // the consumer's name, e.g. "billing"; one per consuming team
+	AckWait time.Duration // an unacked delivery is redelivered after this; 30s when zero
+	// NakBase and NakMax bound the delay of a nak: NakBase after the first
+	// delivery, doubling, capped at NakMax. 250ms and 30s when zero.
+	NakBase, NakMax time.Duration
+	Batch           int // messages pulled ahead of the handler; 10 when zero
+}
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.NakBase <= 0 {
+		c.NakBase = 250 * time.Millisecond
+	}
+	if c.NakMax <= 0 {
+		c.NakMax = 30 * time.Second
+	}
+	if c.Batch <= 0 {
+		c.Batch = 10
+	}
+	return c
+}
+
+// JetStreamConfig is the durable consumer the Consumer creates or updates: every
+// message of the stream from the first, explicit acks, unlimited deliveries (a
+// message ends by an ack or a term, never by a count the server keeps silently).
+func (c ConsumerConfig) JetStreamConfig() jetstream.ConsumerConfig {
+	c = c.withDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:       c.Durable,
+		Description:   "durable pull consumer of " + Name,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    -1,
+		FilterSubject: Subjects,
+		MaxAckPending: 1000,
+	}
+}
+
+// Consumer runs one durable pull consumer: it creates or updates it (retrying
+// until the stream exists), pulls messages and hands each to its handler, one at
+// a time, acking only after the handler returned nil.
+type Consumer struct {
+	cfg    ConsumerConfig
+	handle Handler
+	logger *slog.Logger
+
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewConsumer returns a consumer of cfg that hands messages to handle.
+func NewConsumer(cfg ConsumerConfig, handle Handler, logger *slog.Logger) (*Consumer, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("NATS_URL: not set")
+	}
+	if cfg.Durable == "" {
+		return nil, errors.New("stream: a consumer needs a durable name")
+	}
+	return &Consumer{cfg: cfg.withDefaults(), handle: handle, logger: logger.With("consumer", cfg.Durable)}, nil
+}
+
+// Start connects (or keeps trying in the background) and starts the loop.
+func (c *Consumer) Start(context.Context) error {
+	nc, err := connect(c.cfg.URL, c.cfg.Durable, c.logger)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.nc, c.cancel, c.done = nc, cancel, make(chan struct{})
+	go c.loop(ctx, js)
+	return nil
+}
+
+// Stop ends the loop: the message being handled finishes (its handler is bounded
+// by AckWait); messages pulled ahead but not handled are redelivered after
+// AckWait. It waits until ctx ends at most.
+func (c *Consumer) Stop(ctx context.Context) error {
+	if c.cancel == nil {
+		return nil
+	}
+	c.cancel()
+	var err error
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		err = fmt.Errorf("consumer %s: stop: %w", c.cfg.Durable, ctx.Err())
+	}
+	c.nc.Close()
+	return err
+}
+
+// loop keeps one continuous pull open (the library's message iterator: it keeps
+// pull requests outstanding, watches the server's idle heartbeats and pulls
+// again after a reconnect or a leader change), and recreates the consumer and
+// the iterator whenever the iterator ends with an error.
+func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
+	defer close(c.done)
+	failures := 0
+	fail := func(what string, err error) bool {
+		failures++
+		if failures == 1 {
+			c.logger.Warn("nats consumer "+what+" failed, retrying", "err", err.Error())
+		}
+		return sleep(ctx, backoff(failures))
+	}
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := js.CreateOrUpdateConsumer(cctx, Name, c.cfg.JetStreamConfig())
+		cancel()
+		if err != nil {
+			if !fail("create", err) {
+				return
+			}
+			continue
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(c.cfg.Batch), jetstream.PullHeartbeat(time.Second),
+			jetstream.PullExpiry(5*time.Second))
+		if err != nil {
+			if !fail("pull", err) {
+				return
+			}
+			continue
+		}
+		c.logger.Info("nats consumer ready", "stream", Name)
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				it.Stop()
+				if ctx.Err() != nil {
+					return
+				}
+				if !fail("pull", err) {
+					return
+				}
+				break
+			}
+			if failures > 0 {
+				c.logger.Info("nats consumer recovered", "failures", failures)
+				failures = 0
+			}
+			c.process(msg)
+		}
+	}
+}
+
+// process hands msg to the handler under a bound of AckWait (past it the server
+// redelivers anyway) and settles it by the outcome.
+func (c *Consumer) process(msg jetstream.Msg) {
+	m := Message{Subject: msg.Subject(), MsgID: msg.Headers().Get(nats.MsgIdHdr), Data: msg.Data()}
+	if meta, err := msg.Metadata(); err == nil {
+		m.Sequence, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
+	}
+	// The redelivery clock starts now, not when the message was pulled ahead.
+	_ = msg.InProgress()
+	// Not the loop's context: Stop lets the message in hand finish, so a handler
+	// is never cut between its commit and its ack for nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AckWait)
+	err := c.safeHandle(ctx, m)
+	cancel()
+	switch {
+	case err == nil:
+		if aerr := msg.Ack(); aerr != nil {
+			// The commit stands; the redelivery that follows is the handler's to absorb.
+			c.logger.Warn("nats ack failed", "seq", m.Sequence, "msg_id", m.MsgID, "err", aerr.Error())
+		}
+		consumed.WithLabelValues(c.cfg.Durable, ConsumeAcked).Inc()
+	case IsTerminal(err):
+		c.logger.Error("nats message terminated", "seq", m.Sequence, "msg_id", m.MsgID, "subject", m.Subject, "err", err.Error())
+		_ = msg.Term()
+		consumed.WithLabelValues(c.cfg.Durable, ConsumeTerminated).Inc()
+	default:
+		delay := c.nakDelay(m.Delivered)
+		c.logger.Warn("nats message naked", "seq", m.Sequence, "msg_id", m.MsgID, "delivered", m.Delivered,
+			"delay_ms", delay.Milliseconds(), "err", err.Error())
+		_ = msg.NakWithDelay(delay)
+		consumed.WithLabelValues(c.cfg.Durable, ConsumeNaked).Inc()
+	}
+}
+
+func (c *Consumer) safeHandle(ctx context.Context, m Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return c.handle(ctx, m)
+}
+
+// nakDelay is the delay after delivery n failed: NakBase doubling, capped at NakMax.
+func (c *Consumer) nakDelay(n uint64) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := c.cfg.NakBase << min(n-1, 20)
+	if d <= 0 || d > c.cfg.NakMax {
+		d = c.cfg.NakMax
+	}
+	return d
+}

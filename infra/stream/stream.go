@@ -1,0 +1,128 @@
+// Package stream is the NATS JetStream transport of the outbox (contract section
+// 7), the scale path beside infra/delivery's HTTP push. Labeling's relay publishes
+// each outbox row to the stream LABELING_EVENTS on labeling.events.<EventTag>, with
+// the row id as Nats-Msg-Id, and settles the row only after the publish ack: the
+// broker stores the message durably and drops a republish of the same id within
+// its duplicate window. Consumers (Billing first, any other team beside it) read
+// the stream with durable pull consumers and explicit acks, and ack only after
+// their own commit; a redelivery is theirs to absorb, by a receipt.
+//
+// Neither side needs NATS at start-up: connections retry for ever in the
+// background, the stream and the consumers are created or updated by background
+// loops that retry until the server answers, and meanwhile the services serve
+// their HTTP APIs and the rows wait in the outbox.
+package stream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The stream's names (contract section 7).
+const (
+	// Name is the stream Labeling creates and every consumer reads.
+	Name = "LABELING_EVENTS"
+	// SubjectPrefix prefixes every event's tag: labeling.events.RuleActivated.
+	SubjectPrefix = "labeling.events."
+	// Subjects is the filter that matches every event of the stream.
+	Subjects = SubjectPrefix + ">"
+)
+
+// Subject is the subject an event of tag is published on.
+func Subject(tag string) string { return SubjectPrefix + tag }
+
+// Bounds of the background retries (stream and consumer creation, fetch errors):
+// the first retry comes quickly, later ones at most every retryMax.
+const (
+	retryBase = 250 * time.Millisecond
+	retryMax  = 5 * time.Second
+)
+
+// connect opens a connection that never gives up: the first attempt failing is
+// not an error (it keeps retrying in the background), reconnects are unlimited,
+// and nothing is buffered while disconnected, so a publish then fails at once
+// and its row is retried by the relay instead of waiting in a client buffer.
+func connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(-1),
+		nats.Timeout(2*time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Warn("nats disconnected", "err", errText(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("nats connected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			logger.Info("nats connected", "server", nc.ConnectedUrlRedacted())
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("NATS_URL: %w", err)
+	}
+	return nc, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// backoff is the wait before retry n (1-based) of a background loop: doubling
+// from retryBase, jittered, capped at retryMax.
+func backoff(n int) time.Duration {
+	d := retryBase << min(n-1, 10)
+	d = min(d, retryMax)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Outcomes of nats_publishes_total.
+const (
+	PublishStored    = "stored"    // the broker stored the message
+	PublishDuplicate = "duplicate" // the broker had it already (Nats-Msg-Id in its window): absorbed
+	PublishFailed    = "failed"    // no ack: the row is retried
+)
+
+// Outcomes of nats_consumed_total.
+const (
+	ConsumeAcked      = "acked"      // handled and acked
+	ConsumeNaked      = "naked"      // a transient failure: redelivered after a delay
+	ConsumeTerminated = "terminated" // no retry can help: recorded by the handler, never redelivered
+)
+
+var (
+	publishes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nats_publishes_total",
+		Help: "JetStream publishes of outbox rows, by outcome (stored, duplicate: absorbed by the broker's duplicate window, failed).",
+	}, []string{"outcome"})
+	consumed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nats_consumed_total",
+		Help: "JetStream messages handled by a durable consumer, by consumer and outcome (acked, naked, terminated).",
+	}, []string{"consumer", "outcome"})
+)
+
+func init() { prometheus.MustRegister(publishes, consumed) }
