@@ -2,9 +2,12 @@ package outbox_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -116,4 +119,81 @@ func xactCommits(b *testing.B, db *pgtest.DB) int {
 	require.NoError(b, db.Pool.QueryRow(context.Background(),
 		`SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, db.Name).Scan(&n))
 	return n
+}
+
+// BenchmarkCrossReplicaWakeup measures, per row, the time from the appending
+// commit on replica A to the start of its delivery on replica B, with
+// OUTBOX_NOTIFY's default (true: A's Nudge is broadcast over its LISTEN
+// connection and wakes B at once) and with it off (B finds the row at its next
+// poll, every second by default). A has a single slot, held by a delivery that
+// never ends, so only B can take the rows A appends. Run it with a fixed count:
+//
+//	go test -run '^$' -bench CrossReplicaWakeup -benchtime 50x ./infra/outbox/
+func BenchmarkCrossReplicaWakeup(b *testing.B) {
+	for _, notify := range []bool{true, false} {
+		name := "notify on"
+		if !notify {
+			name = "notify off"
+		}
+		b.Run(name, func(b *testing.B) {
+			db := newDB(b)
+			ctx := context.Background()
+			bPool, err := postgres.Open(ctx, db.URL)
+			require.NoError(b, err)
+			b.Cleanup(bPool.Close)
+
+			aCfg := testConfig()
+			aCfg.ClaimSize, aCfg.Notify, aCfg.PollInterval = 1, notify, time.Second
+			aCfg.HandlerTimeout, aCfg.Lease = time.Minute, 10*time.Minute
+			held, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			a := newRelay(b, db.Pool, aCfg, handle(func(context.Context, outbox.Message) error {
+				once.Do(func() { close(held) })
+				<-release
+				return nil
+			}))
+			appendEvents(b, db.Pool, thing{N: -1})
+			require.NoError(b, a.Start(ctx))
+			<-held
+			b.Cleanup(func() { close(release) })
+
+			// Replica B as the binaries configure it: poll every second.
+			// Its lease is A's: a claim more than twice B's lease ahead would look
+			// like a clock that ran ahead, and B would take A's held row.
+			type start struct {
+				id uuid.UUID
+				at time.Time
+			}
+			started := make(chan start, 1)
+			bCfg := testConfig()
+			bCfg.PollInterval, bCfg.Notify, bCfg.Lease = time.Second, notify, aCfg.Lease
+			rb := newRelay(b, bPool, bCfg, handle(func(_ context.Context, m outbox.Message) error {
+				started <- start{m.ID, time.Now()}
+				return nil
+			}))
+			require.NoError(b, rb.Start(ctx))
+			time.Sleep(200 * time.Millisecond) // B's LISTEN is set up; a wake-up lost before it would count as a poll
+
+			var lat []time.Duration
+			for b.Loop() {
+				tx, err := db.Pool.Begin(ctx)
+				require.NoError(b, err)
+				id, err := outbox.Append(ctx, tx, thing{N: 1})
+				require.NoError(b, err)
+				require.NoError(b, tx.Commit(ctx))
+				committed := time.Now()
+				a.Nudge() // what A's use case does after its commit
+				select {
+				case s := <-started:
+					require.Equal(b, id, s.id, "B delivers the row just appended, and only it")
+					lat = append(lat, s.at.Sub(committed))
+				case <-time.After(10 * time.Second):
+					b.Fatal("replica B never delivered the row")
+				}
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+		})
+	}
 }

@@ -41,7 +41,9 @@ func TestRelayNotify(t *testing.T) {
 
 	// Replica B polls once an hour: only a notification can wake it.
 	bCfg := testConfig()
-	bCfg.PollInterval, bCfg.Notify = time.Hour, true
+	// Its lease is A's: a claim more than twice B's lease ahead would look like a
+	// clock that ran ahead, and B would take the row A holds.
+	bCfg.PollInterval, bCfg.Notify, bCfg.Lease = time.Hour, true, aCfg.Lease
 	b := newRelay(t, bPool, bCfg, handle(ok))
 	require.NoError(t, b.Start(ctxT(t)))
 	listening := func() bool {
