@@ -29,20 +29,22 @@ type contractTable struct {
 	rows   [][]string
 }
 
-// contractTables returns the tables of CONTRACT.md in order.
-func contractTables(t *testing.T) []contractTable {
+// docTables returns the markdown tables of file (relative to the module root) in
+// order.
+func docTables(t *testing.T, file string) []contractTable {
 	t.Helper()
 	var tables []contractTable
 	var cur *contractTable
-	for _, line := range strings.Split(read(t, contractFile), "\n") {
+	for _, line := range strings.Split(read(t, file), "\n") {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "|") {
 			cur = nil
 			continue
 		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
+		// An escaped \| is part of a cell, not a separator.
+		cells := strings.Split(strings.Trim(strings.ReplaceAll(line, `\|`, "\x00"), "|"), "|")
 		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
+			cells[i] = strings.TrimSpace(strings.ReplaceAll(cells[i], "\x00", `\|`))
 		}
 		switch {
 		case cur == nil:
@@ -50,25 +52,37 @@ func contractTables(t *testing.T) []contractTable {
 			cur = &tables[len(tables)-1]
 		case strings.HasPrefix(cells[0], "---"):
 		default:
-			require.Len(t, cells, len(cur.header), "CONTRACT.md: row %q has the wrong number of cells", line)
+			require.Len(t, cells, len(cur.header), "%s: row %q has the wrong number of cells", file, line)
 			cur.rows = append(cur.rows, cells)
 		}
 	}
 	return tables
 }
 
-// tablesWith returns the tables whose header starts with cols.
-func tablesWith(t *testing.T, cols ...string) []contractTable {
+// tablesWith returns the tables of file whose header starts with cols; a column
+// given as "a|b" matches either name.
+func tablesWith(t *testing.T, file string, cols ...string) []contractTable {
 	t.Helper()
 	var out []contractTable
-	for _, tb := range contractTables(t) {
-		if len(tb.header) >= len(cols) && slices.Equal(tb.header[:len(cols)], cols) {
+	for _, tb := range docTables(t, file) {
+		if len(tb.header) < len(cols) {
+			continue
+		}
+		match := true
+		for i, col := range cols {
+			match = match && slices.Contains(strings.Split(col, "|"), tb.header[i])
+		}
+		if match {
 			out = append(out, tb)
 		}
 	}
-	require.NotEmpty(t, out, "CONTRACT.md has no table with columns %v", cols)
+	require.NotEmpty(t, out, "%s has no table with columns %v", file, cols)
 	return out
 }
+
+// varDocs are the files whose variable tables must match infra/config: the
+// contract, and the README's Configuration section.
+var varDocs = []string{contractFile, "README.md"}
 
 var backticked = regexp.MustCompile("`([^`]*)`")
 
@@ -79,14 +93,15 @@ type documentedVar struct {
 	defaults map[string]string // by service; absent when the doc states none
 }
 
-// documentedVars reads every `| variable | who | default | ...` table.
-func documentedVars(t *testing.T) []documentedVar {
+// documentedVars reads every `| variable | who | default | ...` table of file
+// (the README calls the second column "service").
+func documentedVars(t *testing.T, file string) []documentedVar {
 	t.Helper()
 	var vars []documentedVar
-	for _, tb := range tablesWith(t, "variable", "who", "default") {
+	for _, tb := range tablesWith(t, file, "variable", "who|service", "default") {
 		for _, row := range tb.rows {
 			names := backticked.FindAllStringSubmatch(row[0], -1)
-			require.Len(t, names, 1, "CONTRACT.md: one variable a row, got %q", row[0])
+			require.Len(t, names, 1, "%s: one variable a row, got %q", file, row[0])
 			v := documentedVar{name: names[0][1], defaults: map[string]string{}}
 			who := row[1]
 			if who == "both" {
@@ -97,17 +112,24 @@ func documentedVars(t *testing.T) []documentedVar {
 					v.services = append(v.services, svc)
 				}
 			}
-			require.NotEmpty(t, v.services, "CONTRACT.md: %s: who is %q, want both, labeling or billing", v.name, who)
-			// A default is a backticked value: one for every service, or
-			// "labeling `x`, billing `y`".
+			require.NotEmpty(t, v.services, "%s: %s: who is %q, want both, labeling or billing", file, v.name, who)
+			// A default is a backticked value that opens the cell: one for every
+			// service, or one each ("labeling `x`, billing `y`", or "`x` labeling,
+			// `y` billing").
 			def := row[2]
-			perService := regexp.MustCompile("(labeling|billing) `([^`]*)`").FindAllStringSubmatch(def, -1)
-			switch all := backticked.FindAllStringSubmatch(def, -1); {
+			perService := regexp.MustCompile("(labeling|billing) `([^`]*)`|`([^`]*)` (labeling|billing)").FindAllStringSubmatch(def, -1)
+			switch {
 			case len(perService) > 0:
 				for _, m := range perService {
-					v.defaults[m[1]] = m[2]
+					if m[1] != "" {
+						v.defaults[m[1]] = m[2]
+					} else {
+						v.defaults[m[4]] = m[3]
+					}
 				}
-			case len(all) == 1 && !strings.HasPrefix(def, "("):
+			case strings.HasPrefix(def, "`"):
+				all := backticked.FindAllStringSubmatch(def, -1)
+				require.Len(t, all, 1, "%s: %s: a default is one backticked value, got %q", file, v.name, def)
 				for _, svc := range v.services {
 					v.defaults[svc] = all[0][1]
 				}
@@ -118,31 +140,34 @@ func documentedVars(t *testing.T) []documentedVar {
 	return vars
 }
 
-// The variables the contract lists are exactly the variables each service reads
-// (config.LabelingVars, config.BillingVars), with the same services.
+// The variables the contract lists, and those of the README's Configuration
+// table, are exactly the variables each service reads (config.LabelingVars,
+// config.BillingVars), with the same services.
 func TestContractVariables(t *testing.T) {
 	t.Parallel()
-	docs := map[string][]string{}
-	for _, v := range documentedVars(t) {
-		require.NotContains(t, docs, v.name, "CONTRACT.md lists %s twice", v.name)
-		docs[v.name] = v.services
-	}
-	for svc, bin := range binaries {
-		var documented []string
-		for name, services := range docs {
-			if slices.Contains(services, svc) {
-				documented = append(documented, name)
-			}
+	for _, file := range varDocs {
+		docs := map[string][]string{}
+		for _, v := range documentedVars(t, file) {
+			require.NotContains(t, docs, v.name, "%s lists %s twice", file, v.name)
+			docs[v.name] = v.services
 		}
-		require.ElementsMatch(t, bin.vars, documented,
-			"the variables CONTRACT.md gives to %s differ from what infra/config reads for it (config.%sVars)",
-			svc, map[string]string{"labeling": "Labeling", "billing": "Billing"}[svc])
+		for svc, bin := range binaries {
+			var documented []string
+			for name, services := range docs {
+				if slices.Contains(services, svc) {
+					documented = append(documented, name)
+				}
+			}
+			require.ElementsMatch(t, bin.vars, documented,
+				"the variables %s gives to %s differ from what infra/config reads for it (config.%sVars)",
+				file, svc, map[string]string{"labeling": "Labeling", "billing": "Billing"}[svc])
+		}
 	}
 }
 
-// Every default the contract states is the one the code applies: setting the
-// variable to its documented default loads the same configuration as leaving it
-// unset.
+// Every default the contract (or the README) states is the one the code applies:
+// setting the variable to its documented default loads the same configuration as
+// leaving it unset.
 func TestContractDefaults(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t"}
@@ -150,20 +175,22 @@ func TestContractDefaults(t *testing.T) {
 		"labeling": func(l config.Lookup) string { return describe(config.LoadLabeling(l)) + describe(config.LoadAuth(l)) },
 		"billing":  func(l config.Lookup) string { return describe(config.LoadBilling(l)) + describe(config.LoadAuth(l)) },
 	}
-	checked := 0
-	for _, v := range documentedVars(t) {
-		for svc, def := range v.defaults {
-			unset := load[svc](lookupOf(base))
-			set := map[string]string{v.name: def}
-			for k, val := range base {
-				set[k] = val
+	for _, file := range varDocs {
+		checked := 0
+		for _, v := range documentedVars(t, file) {
+			for svc, def := range v.defaults {
+				unset := load[svc](lookupOf(base))
+				set := map[string]string{v.name: def}
+				for k, val := range base {
+					set[k] = val
+				}
+				require.Equal(t, unset, load[svc](lookupOf(set)),
+					"%s says %s defaults to %q on %s, but setting it so changes the configuration", file, v.name, def, svc)
+				checked++
 			}
-			require.Equal(t, unset, load[svc](lookupOf(set)),
-				"CONTRACT.md says %s defaults to %q on %s, but setting it so changes the configuration", v.name, def, svc)
-			checked++
 		}
+		require.Greater(t, checked, 20, "too few defaults found in %s: is the table format still `| variable | who | default |`?", file)
 	}
-	require.Greater(t, checked, 20, "too few defaults found in CONTRACT.md: is the table format still `| variable | who | default |`?")
 }
 
 func describe[C any](c C, err error) string { return fmt.Sprintf("%+v error=%v\n", c, err) }
@@ -177,7 +204,7 @@ func lookupOf(m map[string]string) config.Lookup {
 func TestContractFailpoints(t *testing.T) {
 	t.Parallel()
 	var documented []string
-	for _, tb := range tablesWith(t, "name", "where") {
+	for _, tb := range tablesWith(t, contractFile, "name", "where") {
 		for _, row := range tb.rows {
 			m := backticked.FindStringSubmatch(row[0])
 			require.NotNil(t, m, "CONTRACT.md: failpoint %q is not backticked", row[0])
