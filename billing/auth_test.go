@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/apitest"
+	"github.com/acme/outboxpair/internal/testsupport/apitest"
 )
 
 func (b *bundle) quotaAs(t testing.TB, authorization, org string) *httptest.ResponseRecorder {

@@ -3,4 +3,8 @@
 // the Dockerfile against the code (variable names, required settings, the shared
 // token, service addresses, health checks, the Go version and the binaries), so a
 // rename on one side fails the build instead of the first `docker compose up`.
+// Its tests also keep the repository's documents true to the code: CONTRACT.md
+// (variables and defaults, failpoints, tables, every "contract section N"), the
+// README's figures, the CI workflow, and the rule that runtime packages never
+// import internal/testsupport.
 package deploy

@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
-	"github.com/acme/outboxpair/infra/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -95,7 +95,7 @@ type cluster struct {
 }
 
 // setup starts a cluster for t. Everything it starts is killed when t ends, and
-// when t failed the tail of every start's output is printed (infra/proctest).
+// when t failed the tail of every start's output is printed (internal/testsupport/proctest).
 func setup(t *testing.T, cfg config) *cluster {
 	t.Helper()
 	cfg = cfg.withDefaults()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/outboxpair/infra/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
 
 // Paths of the binaries TestMain builds once for every scenario.

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/failpoint"
-	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 // eachTransport runs fn as one parallel subtest per transport (http, nats).

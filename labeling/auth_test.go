@@ -17,9 +17,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/apitest"
-	"github.com/acme/outboxpair/infra/auth/authtest"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/internal/testsupport/apitest"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
 )
 
 // doAs sends one request with the given Authorization header ("" for none).

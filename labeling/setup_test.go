@@ -15,10 +15,10 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/apitest"
-	"github.com/acme/outboxpair/infra/auth/authtest"
-	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/internal/testsupport/apitest"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
 

@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/auth/authtest"
-	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 func TestServeAuthentication(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 // Not parallel: it shortens the package's commandTimeout, which only run reads.

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 // TestCrash kills the real process at billing's two failpoints and checks what a

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
-	"github.com/acme/outboxpair/infra/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
 
 func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }

@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/auth/authtest"
-	"github.com/acme/outboxpair/infra/pgtest"
-	"github.com/acme/outboxpair/infra/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/migrations"
 )
 

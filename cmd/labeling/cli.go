@@ -5,20 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/service"
-	"github.com/acme/outboxpair/migrations"
 )
 
 // Exit codes: a usage error is 2, so scripts can tell it from a failed run.
@@ -48,16 +41,32 @@ commands:
 configuration (environment): %s
 `
 
-// command is a parsed command line.
-type command struct {
-	name      string      // serve, migrate, healthcheck, failed, requeue, delete
-	ids       []uuid.UUID // requeue and delete
-	allFailed bool        // requeue --all-failed
+// action is a command with its arguments checked: it reads the configuration it
+// needs through lookup and writes its output to stdout.
+type action func(lookup config.Lookup, stdout io.Writer) error
+
+// parser checks a command's arguments (those after its name); an error is a
+// usage error.
+type parser func(args []string) (action, error)
+
+// commands is the dispatch table, one entry a command; each lives in its own file.
+var commands = map[string]parser{
+	"serve":       noArgs("serve", serve),
+	"migrate":     noArgs("migrate", operator(migrate)),
+	"healthcheck": noArgs("healthcheck", healthcheck),
+	"outbox":      group("outbox", "failed, requeue or delete", outboxCommands),
+}
+
+// outboxCommands are the dead-letter commands, `labeling outbox NAME`.
+var outboxCommands = map[string]parser{
+	"failed":  noArgs("outbox failed", withPool(outboxFailed)),
+	"requeue": parseRequeue,
+	"delete":  parseDelete,
 }
 
 // run is the whole program, so tests can drive it without a process.
 func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
-	cmd, err := parseArgs(args)
+	act, err := parseArgs(args)
 	if errors.Is(err, errHelp) {
 		fmt.Fprintf(stdout, usage, strings.Join(config.LabelingVars, ", "))
 		return exitOK
@@ -67,32 +76,7 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, usage, strings.Join(config.LabelingVars, ", "))
 		return exitUsage
 	}
-	switch cmd.name {
-	case "serve":
-		var cfg config.Labeling
-		var authCfg config.Auth
-		if cfg, err = config.LoadLabeling(lookup); err == nil {
-			// Only serve reads AUTH_*: the operator commands never need them.
-			if authCfg, err = config.LoadAuth(lookup); err == nil {
-				err = service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), service.Logger("labeling")))
-			}
-		}
-	case "healthcheck":
-		// Reads HTTP_ADDR only: a health check needs no secret and no database.
-		err = service.Healthcheck(config.LoadHTTPAddr(lookup, ":8080"))
-	default:
-		// The operator commands never deliver: they need DATABASE_URL, not
-		// EVENTS_TOKEN.
-		var cfg config.Command
-		if cfg, err = config.LoadCommand(lookup); err == nil {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			ctx, cancel := context.WithTimeout(ctx, commandTimeout)
-			defer cancel()
-			err = runCommand(ctx, cmd, cfg, stdout)
-		}
-	}
-	if err != nil {
+	if err := act(lookup, stdout); err != nil {
 		fmt.Fprintf(stderr, "labeling: %v\n", oneLine(err))
 		return exitFail
 	}
@@ -101,72 +85,60 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 
 var errHelp = errors.New("help")
 
-func parseArgs(args []string) (command, error) {
+func parseArgs(args []string) (action, error) {
 	if len(args) == 0 {
-		return command{name: "serve"}, nil
+		return serve, nil
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		return command{}, errHelp
-	case "serve", "migrate", "healthcheck":
-		if len(args) > 1 {
-			return command{}, fmt.Errorf("%s takes no arguments, got %q", args[0], args[1:])
-		}
-		return command{name: args[0]}, nil
-	case "outbox":
-		return parseOutbox(args[1:])
+		return nil, errHelp
 	}
-	return command{}, fmt.Errorf("unknown command %q", args[0])
+	parse, ok := commands[args[0]]
+	if !ok {
+		return nil, fmt.Errorf("unknown command %q", args[0])
+	}
+	return parse(args[1:])
 }
 
-func parseOutbox(args []string) (command, error) {
-	if len(args) == 0 {
-		return command{}, errors.New("outbox needs a subcommand: failed, requeue or delete")
-	}
-	cmd := command{name: args[0]}
-	rest := args[1:]
-	switch cmd.name {
-	case "failed":
-		if len(rest) > 0 {
-			return command{}, fmt.Errorf("outbox failed takes no arguments, got %q", rest)
+// noArgs is the parser of a command that takes no arguments.
+func noArgs(name string, act action) parser {
+	return func(args []string) (action, error) {
+		if len(args) > 0 {
+			return nil, fmt.Errorf("%s takes no arguments, got %q", name, args)
 		}
-		return cmd, nil
-	case "requeue":
-		if len(rest) == 1 && rest[0] == "--all-failed" {
-			cmd.allFailed = true
-			return cmd, nil
-		}
-	case "delete":
-	default:
-		return command{}, fmt.Errorf("unknown outbox subcommand %q", cmd.name)
+		return act, nil
 	}
-	if len(rest) == 0 {
-		return command{}, fmt.Errorf("outbox %s needs at least one row id", cmd.name)
-	}
-	for _, s := range rest {
-		id, err := uuid.Parse(s)
-		if err != nil || len(s) != 36 {
-			// Also catches --all-failed mixed with ids, and any other flag.
-			return command{}, fmt.Errorf("outbox %s: %q is not a row id (a UUID)", cmd.name, s)
-		}
-		cmd.ids = append(cmd.ids, id)
-	}
-	return cmd, nil
 }
 
-func runCommand(ctx context.Context, cmd command, cfg config.Command, stdout io.Writer) error {
-	switch cmd.name {
-	case "migrate":
-		// Logged like serve's migrations, to this command's stdout.
-		logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
-		return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
+// group is the parser of a command with subcommands, such as `outbox failed`.
+func group(name, list string, subcommands map[string]parser) parser {
+	return func(args []string) (action, error) {
+		if len(args) == 0 {
+			return nil, fmt.Errorf("%s needs a subcommand: %s", name, list)
+		}
+		parse, ok := subcommands[args[0]]
+		if !ok {
+			return nil, fmt.Errorf("unknown %s subcommand %q", name, args[0])
+		}
+		return parse(args[1:])
 	}
-	pool, err := postgres.OpenBounded(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+}
+
+// operator runs an operator command: it reads DATABASE_URL and the DB_* bounds
+// only (never EVENTS_TOKEN: such a command never delivers) and runs within
+// commandTimeout, stopped early by SIGINT or SIGTERM.
+func operator(fn func(ctx context.Context, cfg config.Command, stdout io.Writer) error) action {
+	return func(lookup config.Lookup, stdout io.Writer) error {
+		cfg, err := config.LoadCommand(lookup)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		return fn(ctx, cfg, stdout)
 	}
-	defer pool.Close()
-	return outboxCommand(ctx, cmd, pool, stdout)
 }
 
 // oneLine keeps the error message on one line, as the contract asks of start-up
@@ -174,8 +146,3 @@ func runCommand(ctx context.Context, cmd command, cfg config.Command, stdout io.
 func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
-
-// timeLayout matches the API's: RFC 3339 UTC with milliseconds.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-func formatMillis(ms int64) string { return time.UnixMilli(ms).UTC().Format(timeLayout) }

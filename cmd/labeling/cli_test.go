@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -48,6 +48,24 @@ func TestUsage(t *testing.T) {
 			require.Empty(t, stdout)
 			require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
 			require.Contains(t, stderr, "usage: labeling")
+		}
+	})
+
+	t.Run("each usage error says what is wrong in its first line", func(t *testing.T) {
+		t.Parallel()
+		for args, msg := range map[string]string{
+			"bogus":                      `unknown command "bogus"`,
+			"serve now":                  `serve takes no arguments, got ["now"]`,
+			"outbox":                     `outbox needs a subcommand: failed, requeue or delete`,
+			"outbox list":                `unknown outbox subcommand "list"`,
+			"outbox failed extra":        `outbox failed takes no arguments, got ["extra"]`,
+			"outbox requeue":             `outbox requeue needs at least one row id`,
+			"outbox requeue --all":       `outbox requeue: "--all" is not a row id (a UUID)`,
+			"outbox delete --all-failed": `outbox delete: "--all-failed" is not a row id (a UUID)`,
+		} {
+			code, _, stderr := runCLI(nil, strings.Fields(args)...)
+			require.Equal(t, exitUsage, code, args)
+			require.Equal(t, "labeling: "+msg, strings.SplitN(stderr, "\n", 2)[0], args)
 		}
 	})
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
-	"github.com/acme/outboxpair/infra/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/migrations"
 )
 

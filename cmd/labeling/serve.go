@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,21 @@ import (
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
 )
+
+// serve is `labeling serve`, the default command: it migrates, then serves HTTP
+// and relays the outbox until SIGINT or SIGTERM.
+func serve(lookup config.Lookup, _ io.Writer) error {
+	cfg, err := config.LoadLabeling(lookup)
+	if err != nil {
+		return err
+	}
+	// Only serve reads AUTH_*: the operator commands never need them.
+	authCfg, err := config.LoadAuth(lookup)
+	if err != nil {
+		return err
+	}
+	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), service.Logger("labeling")))
+}
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
 // the outbox relay and cleanup, and the rules API behind authentication.

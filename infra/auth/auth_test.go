@@ -27,8 +27,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/auth/authtest"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
 )
 
 type bundle struct {

@@ -84,7 +84,9 @@ type Command struct {
 	Bounds
 }
 
-// LabelingVars and BillingVars name every variable each service reads.
+// LabelingVars and BillingVars name every variable each service reads. CONTRACT.md
+// (sections 1, 7 and 8) lists the same, service by service, with their defaults:
+// deploy/contract_test.go fails when the two differ.
 var (
 	LabelingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "BILLING_URL",

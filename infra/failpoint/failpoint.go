@@ -7,7 +7,8 @@
 // In a normal build Inject is an empty function the compiler removes.
 package failpoint
 
-// Names of every point, so that a caller cannot misspell one.
+// Names of every point, so that a caller cannot misspell one. CONTRACT.md section 6
+// lists the same names (deploy/contract_test.go checks it).
 const (
 	LabelingActivateAfterCommit = "labeling.activate.after-commit"
 	RelayAfterClaim             = "outbox.relay.after-claim"

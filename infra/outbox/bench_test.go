@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 // BenchmarkAppend measures Append: alone in its own committed transaction (the

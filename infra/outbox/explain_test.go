@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 // TestPlansStayOnIndexes proves that the claim reads the pending index and the

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/pgtest"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
 func TestBounds(t *testing.T) {

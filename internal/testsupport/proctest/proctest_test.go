@@ -14,12 +14,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
 
 func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
 
-const helperPkg = "./infra/proctest/testdata/helper"
+const helperPkg = "./internal/testsupport/proctest/testdata/helper"
 
 func helper(t *testing.T) string { return proctest.Build(t, helperPkg) }
 
@@ -102,7 +102,7 @@ func TestBuild(t *testing.T) {
 	t.Run("a package that does not build fails the test with go's message", func(t *testing.T) {
 		t.Parallel()
 		f := &fakeT{}
-		msg := f.run(func(t testing.TB) { proctest.Build(t, "./infra/proctest/testdata/nosuch") })
+		msg := f.run(func(t testing.TB) { proctest.Build(t, "./internal/testsupport/proctest/testdata/nosuch") })
 		require.Contains(t, msg, "go build")
 		require.Contains(t, msg, "nosuch")
 	})
@@ -115,7 +115,7 @@ func TestModuleRoot(t *testing.T) {
 	require.FileExists(t, filepath.Join(root, "go.mod"))
 	wd, err := os.Getwd()
 	require.NoError(t, err)
-	require.Equal(t, filepath.Join(root, "infra", "proctest"), wd)
+	require.Equal(t, filepath.Join(root, "internal", "testsupport", "proctest"), wd)
 }
 
 func TestBuffer(t *testing.T) {

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// migrate is `billing migrate`: it applies the pending migrations and exits. It
+// reads DATABASE_URL only, is bounded like labeling's by commandTimeout, and is
+// stopped by a signal.
+func migrate(lookup config.Lookup, stdout io.Writer) error {
+	cfg, err := config.LoadCommand(lookup)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing"))
+}

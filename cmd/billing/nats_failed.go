@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/config"
+)
+
+// natsFailed is `billing nats failed`: it prints billing_nats_failed, one message
+// a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at
+// (RFC 3339), reason. DATABASE_URL only, like every operator command.
+func natsFailed(lookup config.Lookup, stdout io.Writer) error {
+	cfg, err := config.LoadCommand(lookup)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	rows, err := billing.ListNATSFailed(ctx, pool)
+	if err != nil {
+		return err
+	}
+	esc := strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`)
+	for _, f := range rows {
+		fmt.Fprintf(stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", f.StreamSeq, esc.Replace(f.Subject), esc.Replace(f.MsgID),
+			f.Deliveries, time.UnixMilli(f.FailedAt).UTC().Format(time.RFC3339Nano), esc.Replace(f.Reason))
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/retention"
+	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// serve is `billing serve`, the default command: it migrates, then serves HTTP
+// (and consumes the stream when NATS_URL is set) until SIGINT or SIGTERM.
+func serve(lookup config.Lookup, _ io.Writer) error {
+	cfg, err := config.LoadBilling(lookup)
+	if err != nil {
+		return err
+	}
+	// Only serve reads AUTH_*: migrate and healthcheck never need them.
+	authCfg, err := config.LoadAuth(lookup)
+	if err != nil {
+		return err
+	}
+	return serveApp(cfg, auth.SettingsFrom(authCfg))
+}
+
+// serveApp is the billing app: the pool (migrated on start), the HTTP server, the
+// cleanup, the quota API behind authentication and the event intake, and the
+// JetStream consumer when configured.
+func serveApp(cfg config.Billing, authn auth.Settings) error {
+	return service.Run(
+		fx.Supply(
+			service.Logger("billing"),
+			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: postgres.Bounds{
+				StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
+			}},
+			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
+			retention.Config{Interval: cfg.CleanupInterval},
+			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention},
+			authn,
+		),
+		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
+		postgres.Module,
+		web.Module,
+		auth.Module,
+		// Stops after the HTTP server has drained, within its own share.
+		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
+		billing.Module,
+		// Stops after the HTTP server has drained, within its own share.
+		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
+	)
+}

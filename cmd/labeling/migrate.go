@@ -1,0 +1,18 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// migrate is `labeling migrate`: it applies the pending migrations and exits.
+func migrate(ctx context.Context, cfg config.Command, stdout io.Writer) error {
+	// Logged like serve's migrations, to this command's stdout.
+	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
+	return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
+}

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/infra/outbox"
+)
+
+// outboxFailed is `labeling outbox failed`: one dead-lettered row a line,
+// tab-separated: id, event_tag, attempts, failed_at, last_error.
+func outboxFailed(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
+	rows, err := outbox.Failed(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		fmt.Fprintf(stdout, "%s\t%s\t%d\t%s\t%s\n",
+			r.ID, r.Tag, r.Attempts, formatMillis(r.FailedAt), escapeField(r.LastError))
+	}
+	return nil
+}
