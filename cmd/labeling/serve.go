@@ -46,6 +46,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger)
 			outbox.Config{
 				PollInterval:       cfg.PollInterval,
 				ClaimSize:          cfg.ClaimSize,
+				Workers:            cfg.Workers,
 				HandlerTimeout:     cfg.HandlerTimeout,
 				Lease:              cfg.Lease,
 				MaxAttempts:        cfg.MaxAttempts,
@@ -95,7 +96,7 @@ func transport(cfg config.Labeling, logger *slog.Logger) fx.Option {
 				BaseURL:      cfg.BillingURL,
 				Token:        cfg.EventsToken,
 				Timeout:      cfg.HandlerTimeout,
-				MaxIdleConns: cfg.ClaimSize,
+				MaxIdleConns: cfg.Workers,
 			}, logger)
 		},
 		subscribers,

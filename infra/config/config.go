@@ -25,6 +25,7 @@ type Labeling struct {
 
 	PollInterval       time.Duration
 	ClaimSize          int
+	Workers            int // OUTBOX_WORKERS: rows in flight at once per relay
 	HandlerTimeout     time.Duration
 	Lease              time.Duration
 	MaxAttempts        int
@@ -90,7 +91,7 @@ type Command struct {
 var (
 	LabelingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "BILLING_URL",
-		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
+		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_WORKERS", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
 		"OUTBOX_PROCESSED_RETENTION", "OUTBOX_NOTIFY", "CLEANUP_INTERVAL",
 		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW",
@@ -121,6 +122,10 @@ const (
 
 	MaxRequestTimeout = 5 * time.Minute
 	MaxClaimSize      = 1000
+	// DefaultWorkers is OUTBOX_WORKERS's default: rows in flight per relay. Billing
+	// commits once per event, so its throughput grows with the deliveries it is
+	// given at once (group commit); 40 keeps its pool busy with room to spare.
+	DefaultWorkers    = 40
 	MaxAttempts       = 1000
 	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
 	maxDBTimeout      = time.Hour
@@ -137,6 +142,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
 		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
 		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10, MaxClaimSize),
+		Workers:            r.positiveInt("OUTBOX_WORKERS", DefaultWorkers, MaxClaimSize),
 		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second, maxOutboxDuration),
 		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute, maxDuration),
 		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", 10, MaxAttempts),

@@ -40,7 +40,7 @@ type Config struct {
 	Token   string        // EVENTS_TOKEN, sent as a Bearer token
 	Timeout time.Duration // bound of one delivery (OUTBOX_HANDLER_TIMEOUT); 30s when zero
 	// MaxIdleConns is how many idle connections to Billing are kept for reuse: the
-	// rows of one claim (OUTBOX_CLAIM_SIZE) are the most that are in flight. 10
+	// relay's workers (OUTBOX_WORKERS) are the most that are in flight. 10
 	// when zero.
 	MaxIdleConns int
 }

@@ -13,13 +13,21 @@ import (
 // row is settled or released before its lease runs out.
 type Config struct {
 	PollInterval       time.Duration // wake period; failed ticks back off from it (doubling, up to 30× it and at most 30s)
-	ClaimSize          int           // rows claimed per statement; also the rows in flight at once per relay, and its workers
+	ClaimSize          int           // rows claimed per statement, at most
 	HandlerTimeout     time.Duration // bound of one row's dispatch
 	Lease              time.Duration // how long a claim is held
 	MaxAttempts        int           // attempts before a row gets failed_at; a claim never settled counts
 	RetryBase          time.Duration // durable delay after the first failed attempt
 	RetryMax           time.Duration // cap of the durable delay
 	ProcessedRetention time.Duration // processed rows older than this are deleted
+
+	// Workers is how many rows one relay has in flight at once (its long-lived
+	// workers); 0 means ClaimSize. A claim takes at most ClaimSize rows and only
+	// as many as there are free workers, so every claimed row starts at once and
+	// the lease rule holds per row whatever the two numbers are. More workers
+	// than ClaimSize let a consumer that waits on its own commit (Billing: one
+	// fsync per event) be called concurrently enough for group commit to work.
+	Workers int
 
 	// Notify makes relays tell each other about appends: Nudge also sends a
 	// pg_notify (after the appending commit), and the relay LISTENs on a
@@ -32,6 +40,14 @@ type Config struct {
 	// Now is the relay's clock (nil means time.Now). Tests move it forward to make
 	// a retried row available without waiting for its delay.
 	Now func() time.Time
+}
+
+// workers is the in-flight bound: Workers, or ClaimSize when it is 0.
+func (c Config) workers() int {
+	if c.Workers > 0 {
+		return c.Workers
+	}
+	return c.ClaimSize
 }
 
 // LeaseMargin is the part of the lease kept for the claim and the settle. The
@@ -54,6 +70,9 @@ func (c Config) validate() error {
 	positive("max attempts", c.MaxAttempts > 0, c.MaxAttempts)
 	positive("retry base", c.RetryBase > 0, c.RetryBase)
 	positive("processed retention", c.ProcessedRetention > 0, c.ProcessedRetention)
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", c.Workers))
+	}
 	if len(errs) == 0 {
 		if c.RetryMax < c.RetryBase {
 			errs = append(errs, fmt.Errorf("retry max (%s) is less than retry base (%s)", c.RetryMax, c.RetryBase))

@@ -20,11 +20,12 @@ const stopReserve = 2 * time.Second
 // Relay claims pending rows and hands them to their subscribers. Any number of
 // relays may run on one table at once, in one process or many, with no leader.
 //
-// Inside, a claim loop keeps up to ClaimSize rows in flight: it claims again as
-// soon as half the slots are free (at once while rows keep coming, on a poll, a
-// Nudge or a notification otherwise), never waiting for the slowest row of the
-// last batch. ClaimSize long-lived workers dispatch the rows, and a settler
-// records their outcomes in batches, one statement for many rows.
+// Inside, a claim loop keeps up to Workers rows in flight: it claims again (at
+// most ClaimSize rows a statement) as soon as enough slots are free (at once
+// while rows keep coming, on a poll, a Nudge or a notification otherwise),
+// never waiting for the slowest row of the last batch. Workers long-lived
+// workers dispatch the rows, and a settler records their outcomes in batches,
+// one statement for many rows.
 type Relay struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -85,7 +86,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		nudge:      make(chan struct{}, 1),
 		broadcast:  make(chan struct{}, 1),
 		freed:      make(chan struct{}, 1),
-		queue:      make(chan job, cfg.ClaimSize),
+		queue:      make(chan job, cfg.workers()),
 		held:       make(map[uuid.UUID]job),
 		stopping:   make(chan struct{}),
 		done:       make(chan struct{}),
@@ -117,7 +118,7 @@ func (r *Relay) Start(context.Context) error {
 	default:
 	}
 	r.started = true
-	for range r.cfg.ClaimSize {
+	for range r.cfg.workers() {
 		go r.worker()
 	}
 	go r.settler.run()
@@ -215,11 +216,11 @@ func (r *Relay) wake() { signal(r.nudge) }
 func (r *Relay) free() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.cfg.ClaimSize - r.busy
+	return r.cfg.workers() - r.busy
 }
 
 // loop claims until Stop. After a claim that got all it asked for, it claims
-// again as soon as half the slots are free; after one that got less, it waits
+// again as soon as half a claim's worth of slots is free; after one that got less, it waits
 // for the poll interval, a Nudge or a notification (and a free slot); after a
 // failed claim, for a wait that doubles from the poll interval up to its cap.
 func (r *Relay) loop() {
@@ -254,7 +255,7 @@ func (r *Relay) loop() {
 			return
 		default:
 		}
-		limit := r.free()
+		limit := min(r.free(), r.cfg.ClaimSize)
 		got, err := r.tick(limit, floor.next(time.Now()))
 		more = false
 		switch {
@@ -300,7 +301,7 @@ func (r *Relay) tick(limit int, floor int64) (claimed, error) {
 	r.mu.Unlock()
 	r.inflight.Add(len(got.jobs))
 	for _, j := range got.jobs {
-		r.queue <- j // never blocks: the queue holds ClaimSize and busy ≤ ClaimSize
+		r.queue <- j // never blocks: the queue holds Workers and busy ≤ Workers
 	}
 	return got, nil
 }

@@ -176,3 +176,34 @@ func TestRelayLeaseMargin(t *testing.T) {
 	require.Equal(t, 1, got.Attempts)
 	require.Contains(t, *got.LastError, "deadline exceeded")
 }
+
+func TestRelayWorkers(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	appendEvents(t, db.Pool, things(20)...)
+
+	// Two rows a claim, six in flight: the handler holds every row it gets, so
+	// the relay fills its six workers, in claims of at most two, and stops there.
+	cfg := testConfig()
+	cfg.ClaimSize, cfg.Workers = 2, 6
+	cfg.HandlerTimeout, cfg.Lease = 30*time.Second, 10*time.Minute
+	var inFlight atomic.Int32
+	release := make(chan struct{})
+	r := newRelay(t, db.Pool, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	require.NoError(t, r.Start(ctxT(t)))
+	require.Eventually(t, func() bool { return inFlight.Load() == 6 }, 10*time.Second, 5*time.Millisecond,
+		"six rows in flight at once, more than one claim's two")
+	require.Never(t, func() bool { return count(t, db.Pool, "claimed_until IS NOT NULL") > 6 },
+		300*time.Millisecond, 20*time.Millisecond, "no row is claimed beyond the free workers")
+	close(release)
+	require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NULL") == 0 }, 10*time.Second, 10*time.Millisecond)
+}
