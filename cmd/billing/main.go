@@ -26,6 +26,7 @@ import (
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -105,7 +106,10 @@ func serve(cfg config.Billing, authn auth.Settings) error {
 			retention.Config{Interval: cfg.CleanupInterval},
 			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention},
 			authn,
+			telemetry.Config{Service: "billing", Lookup: os.LookupEnv},
 		),
+		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
@@ -12,8 +13,9 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
-	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -40,7 +42,10 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger)
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
 			authn,
+			telemetry.Config{Service: "labeling", Lookup: os.LookupEnv},
 		),
+		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		transport(cfg, logger),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,

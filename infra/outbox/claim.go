@@ -53,7 +53,7 @@ UPDATE outbox_events o SET
 		ELSE o.last_error END
 FROM picked
 WHERE o.id = picked.id
-RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL`
+RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL, o.trace_context`
 
 // job is one claimed row on its way to a worker.
 type job struct {
@@ -62,6 +62,9 @@ type job struct {
 	// deadline is when the row must be done with, on the process's monotonic
 	// clock: its lease end less the lease margin, kept for the settle.
 	deadline time.Time
+	// trace is the row's trace_context as bytes (nil when NULL, at no cost):
+	// decoded only by a dispatch that traces.
+	trace []byte
 }
 
 // claimed is what one claim statement did.
@@ -95,7 +98,7 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 			payload []byte // scanned as bytes: a json.RawMessage target would be parsed here once more
 			isDead  bool
 		)
-		if err := rows.Scan(&j.ID, &j.Tag, &payload, &j.CreatedAt, &j.Attempt, &isDead); err != nil {
+		if err := rows.Scan(&j.ID, &j.Tag, &payload, &j.CreatedAt, &j.Attempt, &isDead, &j.trace); err != nil {
 			rows.Close()
 			return out, fmt.Errorf("outbox: claim: %w", err)
 		}
