@@ -32,9 +32,9 @@ func traceContext(ctx context.Context) []byte {
 
 // linkOf is the span context stored in a row's trace_context, invalid when there is
 // none or it does not parse.
-func linkOf(stored []byte) trace.SpanContext {
+func linkOf(stored string) trace.SpanContext {
 	var carrier propagation.MapCarrier
-	if json.Unmarshal(stored, &carrier) != nil {
+	if json.Unmarshal([]byte(stored), &carrier) != nil {
 		return trace.SpanContext{}
 	}
 	return trace.SpanContextFromContext(telemetry.Propagator.Extract(context.Background(), carrier))
