@@ -155,8 +155,8 @@ var Module = fx.Module("telemetry",
 
 // Middleware traces every request but /healthz, /readyz and /metrics as a server
 // span named by its route template, continuing the caller's traceparent. With
-// tracing off it only calls next. Use it before the request log, so the log line
-// is written inside the span.
+// tracing off (the provider switched back) it only calls next. Use it before the
+// request log, so the log line is written inside the span.
 func Middleware() echo.MiddlewareFunc {
 	traced := otelecho.Middleware("outboxpair",
 		otelecho.WithPropagators(Propagator),
@@ -169,12 +169,11 @@ func Middleware() echo.MiddlewareFunc {
 		}),
 	)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		withSpan := traced(next)
 		return func(c echo.Context) error {
 			if !Enabled() {
 				return next(c)
 			}
-			return withSpan(c)
+			return traced(next)(c)
 		}
 	}
 }
