@@ -64,10 +64,6 @@ type Config struct {
 	Lookup func(string) (string, bool)
 }
 
-// Vars names the variables that switch tracing on; the SDK reads these and every
-// other OTEL_* variable itself.
-var Vars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SERVICE_NAME"}
-
 // Provider is the installed tracer provider, or nothing when tracing is off.
 type Provider struct {
 	tp *sdktrace.TracerProvider
