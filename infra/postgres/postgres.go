@@ -81,7 +81,7 @@ func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, erro
 		// Each statement run under a traced context is a child span (never a
 		// root: the relay's polls make no traces). Without tracing no tracer is
 		// set, so a statement costs nothing more.
-		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName(), otelpgx.WithDisableAcquireTracer())
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithDisableAcquireTracer()) // span named by the statement's first word (the default)
 	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }

@@ -304,7 +304,7 @@ func checkActivation(t *testing.T, p traced, between []string) {
 	require.Equal(t, request.SpanContext.SpanID(), process.Links[0].SpanContext.SpanID())
 	attrs := map[string]string{}
 	for _, a := range process.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	require.Equal(t, "outbox", attrs["messaging.system"])
 	require.Equal(t, "process", attrs["messaging.operation"])
