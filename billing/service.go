@@ -11,11 +11,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/telemetry"
 )
+
+// tracerName is the instrumentation scope of billing's spans.
+const tracerName = "github.com/acme/outboxpair/billing"
 
 // Contention retries: a serialization failure or a deadlock is the database asking
 // for the whole transaction again, which is safe because the receipt and the change
@@ -49,6 +56,20 @@ func NewService(pool *pgxpool.Pool, logger *slog.Logger) *Service {
 // receipt nor the change. Errors are *fault.Error: Unavailable when the database is
 // down or contention outlasted the retries, Internal otherwise.
 func (s *Service) Apply(ctx context.Context, e Event) (applied bool, err error) {
+	if telemetry.Enabled() {
+		var span trace.Span
+		ctx, span = telemetry.Tracer(tracerName).Start(ctx, "billing apply "+e.Type,
+			trace.WithAttributes(attribute.String("messaging.message.id", e.ID.String()),
+				attribute.String("billing.org_id", e.OrgID.String())))
+		defer func() {
+			span.SetAttributes(attribute.Bool("billing.applied", applied))
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, "apply failed")
+			}
+			span.End()
+		}()
+	}
 	for attempt := 1; ; attempt++ {
 		applied, err = s.applyOnce(ctx, e)
 		if err == nil {

@@ -57,7 +57,10 @@ func loadAll[C any](l config.Lookup, load func(config.Lookup) (C, error)) error 
 }
 
 // infra names the services that run no binary of ours.
-var infra = []string{"postgres", issuerService, "nats"}
+var infra = []string{"postgres", issuerService, "nats", traceViewer}
+
+// traceViewer is the development trace viewer (Jaeger all-in-one).
+const traceViewer = "jaeger"
 
 // issuerService is the development token issuer.
 const issuerService = "oauth"
@@ -294,12 +297,34 @@ func composeChecks(t *testing.T, variant string, files []string) {
 			}
 		}
 		apps := b.apps(t)
-		deps := []string{"postgres", issuerService}
+		deps := []string{"postgres", issuerService, traceViewer}
 		if variant == "nats" {
 			deps = append(deps, "nats")
 		}
 		require.ElementsMatch(t, deps, keys(apps["billing"].DependsOn))
 		require.ElementsMatch(t, append(deps, apps["billing"].Name), keys(apps["labeling"].DependsOn))
+	})
+
+	t.Run("tracing is on: both services export OTLP/HTTP to the trace viewer, each under its own name", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		viewer, ok := b.project.Services[traceViewer]
+		require.True(t, ok, "no %s service", traceViewer)
+		require.True(t, strings.HasPrefix(viewer.Image, "jaegertracing/all-in-one:"), "%s: image %s", traceViewer, viewer.Image)
+		require.Equal(t, "true", env(viewer)["COLLECTOR_OTLP_ENABLED"], "%s must receive OTLP", traceViewer)
+		ui := slices.ContainsFunc(viewer.Ports, func(p types.ServicePortConfig) bool {
+			return p.Published == "16686" && p.Target == 16686
+		})
+		require.True(t, ui, "%s must publish its UI as 16686:16686 (the README links it)", traceViewer)
+		for bin, svc := range b.apps(t) {
+			e := env(svc)
+			u, err := url.Parse(e["OTEL_EXPORTER_OTLP_ENDPOINT"])
+			require.NoError(t, err, svc.Name)
+			require.Equal(t, "http", u.Scheme, "%s: the SDK exports OTLP over HTTP", svc.Name)
+			require.Equal(t, traceViewer, u.Hostname(), "%s: OTEL_EXPORTER_OTLP_ENDPOINT must name %s", svc.Name, traceViewer)
+			require.Equal(t, "4318", u.Port(), "%s: 4318 is OTLP/HTTP", svc.Name)
+			require.Equal(t, bin, e["OTEL_SERVICE_NAME"], svc.Name)
+		}
 	})
 
 	t.Run("auth is on, the same on both sides, and agrees with the issuer service", func(t *testing.T) {

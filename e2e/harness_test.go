@@ -38,16 +38,17 @@ const (
 
 // config tunes one scenario's cluster. Zero fields take the defaults of setup.
 type config struct {
-	replicas           int           // labeling processes on the one labeling database
-	claimSize          int           // OUTBOX_CLAIM_SIZE
-	handlerTimeout     time.Duration // OUTBOX_HANDLER_TIMEOUT
-	lease              time.Duration // OUTBOX_LEASE; claimSize × handlerTimeout ≤ lease
-	maxAttempts        int           // OUTBOX_MAX_ATTEMPTS
-	labelingFailpoints string        // FAILPOINTS of the first start of every labeling process
-	billingFailpoints  string        // FAILPOINTS of billing's first start
-	billingDown        bool          // reserve billing's port but do not start it
-	transport          string        // EVENTS_TRANSPORT: transportHTTP (the default) or transportNATS
-	natsNodes          int           // JetStream servers with transportNATS: 1, or 3 for a cluster (R3 stream)
+	replicas           int               // labeling processes on the one labeling database
+	claimSize          int               // OUTBOX_CLAIM_SIZE
+	handlerTimeout     time.Duration     // OUTBOX_HANDLER_TIMEOUT
+	lease              time.Duration     // OUTBOX_LEASE; claimSize × handlerTimeout ≤ lease
+	maxAttempts        int               // OUTBOX_MAX_ATTEMPTS
+	labelingFailpoints string            // FAILPOINTS of the first start of every labeling process
+	billingFailpoints  string            // FAILPOINTS of billing's first start
+	billingDown        bool              // reserve billing's port but do not start it
+	transport          string            // EVENTS_TRANSPORT: transportHTTP (the default) or transportNATS
+	natsNodes          int               // JetStream servers with transportNATS: 1, or 3 for a cluster (R3 stream)
+	env                map[string]string // more variables for every process (e.g. OTEL_*)
 }
 
 func (c config) withDefaults() config {
@@ -132,6 +133,7 @@ func setup(t *testing.T, cfg config) *cluster {
 			"NATS_REPLICAS":    fmt.Sprint(cfg.natsNodes),
 		}
 	}
+	maps.Copy(billingEnv, cfg.env)
 	c.billing = newProc(t, "billing", billingBin, billingEnv)
 	if !cfg.billingDown {
 		c.billing.launch(t, cfg.billingFailpoints)
@@ -156,6 +158,7 @@ func setup(t *testing.T, cfg config) *cluster {
 			"CLEANUP_INTERVAL":           "1h",
 		})
 		maps.Copy(p.env, natsEnv)
+		maps.Copy(p.env, cfg.env)
 		p.launch(t, cfg.labelingFailpoints)
 		c.labeling = append(c.labeling, p)
 	}

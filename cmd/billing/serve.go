@@ -12,6 +12,7 @@ import (
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -28,13 +29,13 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serveApp(cfg, auth.SettingsFrom(authCfg))
+	return serveApp(cfg, auth.SettingsFrom(authCfg), lookup)
 }
 
 // serveApp is the billing app: the pool (migrated on start), the HTTP server, the
-// cleanup, the quota API behind authentication and the event intake, and the
-// JetStream consumer when configured.
-func serveApp(cfg config.Billing, authn auth.Settings) error {
+// cleanup, the quota API behind authentication and the event intake, the
+// JetStream consumer when configured, and tracing when OTEL_* asks for it.
+func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
 	return service.Run(
 		fx.Supply(
 			service.Logger("billing"),
@@ -45,7 +46,10 @@ func serveApp(cfg config.Billing, authn auth.Settings) error {
 			retention.Config{Interval: cfg.CleanupInterval},
 			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention},
 			authn,
+			telemetry.Config{Service: "billing", Lookup: lookup},
 		),
+		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,
 		web.Module,

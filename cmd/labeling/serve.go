@@ -15,6 +15,7 @@ import (
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -32,12 +33,12 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), service.Logger("labeling")))
+	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, service.Logger("labeling")))
 }
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
 // the outbox relay and cleanup, and the rules API behind authentication.
-func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger) fx.Option {
+func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(
 			logger,
@@ -57,7 +58,10 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, logger *slog.Logger)
 			},
 			retention.Config{Interval: cfg.CleanupInterval},
 			authn,
+			telemetry.Config{Service: "labeling", Lookup: lookup},
 		),
+		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		transport(cfg, logger),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
 		postgres.Module,

@@ -97,12 +97,17 @@ var (
 		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
+		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*:
+		// tracing is on when the endpoint is set.
+		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
 		"NATS_URL", "NATS_ACK_WAIT",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
+		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*.
+		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
 	}
 	// AuthVars names the variables LoadAuth reads; both services read them, and
 	// only serve does (the operator commands need none of them).

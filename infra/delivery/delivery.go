@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/telemetry"
 )
 
 // Path is where Billing receives events, relative to its base URL.
@@ -81,7 +82,9 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	t.ResponseHeaderTimeout = cfg.Timeout
 	t.ExpectContinueTimeout = time.Second
 	return &Client{
-		http:   &http.Client{Transport: t, Timeout: cfg.Timeout},
+		// With tracing on, each delivery is a client span under the relay's
+		// process span and carries its traceparent (telemetry.Transport).
+		http:   &http.Client{Transport: telemetry.Transport(t), Timeout: cfg.Timeout},
 		url:    strings.TrimRight(cfg.BaseURL, "/") + Path,
 		auth:   "Bearer " + cfg.Token,
 		logger: logger,
@@ -125,7 +128,7 @@ func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		c.logger.Debug("event delivered", "id", m.ID, "tag", m.Tag, "attempt", m.Attempt,
+		c.logger.DebugContext(ctx, "event delivered", "id", m.ID, "tag", m.Tag, "attempt", m.Attempt,
 			"status", resp.StatusCode, "duration_ms", time.Since(start).Milliseconds())
 		return nil
 	}

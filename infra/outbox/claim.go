@@ -53,7 +53,7 @@ UPDATE outbox_events o SET
 		ELSE o.last_error END
 FROM picked
 WHERE o.id = picked.id
-RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL`
+RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL, o.trace_context`
 
 // job is one claimed row on its way to a worker.
 type job struct {
@@ -62,6 +62,11 @@ type job struct {
 	// deadline is when the row must be done with, on the process's monotonic
 	// clock: its lease end less the lease margin, kept for the settle.
 	deadline time.Time
+	// trace is the row's trace_context ("" when NULL, at no cost), decoded
+	// only by a dispatch that traces. A string, not a []byte: job must stay
+	// within 128 bytes, past which a map stores its values out of line and
+	// r.held would allocate for every row (TestJobFitsInAMapSlot).
+	trace string
 }
 
 // claimed is what one claim statement did.
@@ -89,15 +94,19 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	}
 	deadline := start.Add(r.cfg.Lease - LeaseMargin(r.cfg.Lease))
 	var dead []Message
+	var traceCtx []byte // one per claim, not per row; NULL scans as nil
 	for rows.Next() {
 		var (
 			j       = job{token: token, deadline: deadline}
 			payload []byte // scanned as bytes: a json.RawMessage target would be parsed here once more
 			isDead  bool
 		)
-		if err := rows.Scan(&j.ID, &j.Tag, &payload, &j.CreatedAt, &j.Attempt, &isDead); err != nil {
+		if err := rows.Scan(&j.ID, &j.Tag, &payload, &j.CreatedAt, &j.Attempt, &isDead, &traceCtx); err != nil {
 			rows.Close()
 			return out, fmt.Errorf("outbox: claim: %w", err)
+		}
+		if traceCtx != nil {
+			j.trace = string(traceCtx) // only a traced append pays for this
 		}
 		j.Payload = payload
 		out.taken++

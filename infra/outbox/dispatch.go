@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/acme/outboxpair/infra/failpoint"
 )
 
@@ -68,6 +70,12 @@ func (r *Relay) execute(parent context.Context, j job, report func(outcome), spa
 	}
 	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
+	// A variable of its own: reassigning ctx would move it to the heap (the
+	// timer's closure captures it), an allocation per row with tracing off.
+	hctx, span := processSpan(ctx, j) // nil, at no cost, unless tracing is on and the row carries a trace
+	if span != nil {
+		defer span.End()
+	}
 	var state atomic.Int32 // 0 running, 1 returned in time, 2 cut off
 	stop := context.AfterFunc(ctx, func() {
 		if !state.CompareAndSwap(0, 2) {
@@ -83,7 +91,11 @@ func (r *Relay) execute(parent context.Context, j job, report func(outcome), spa
 			spare()
 		}
 	})
-	err := r.callHandlers(ctx, j.Message, handlers)
+	err := r.callHandlers(hctx, j.Message, handlers)
+	if span != nil && err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, j.Tag+" handler failed")
+	}
 	if !state.CompareAndSwap(0, 1) {
 		return false // the timer reported this row and replaced this worker
 	}
@@ -107,7 +119,7 @@ func (r *Relay) execute(parent context.Context, j job, report func(outcome), spa
 func (r *Relay) callHandlers(ctx context.Context, m Message, handlers []Handler) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.logger.Error("outbox handler panicked", "id", m.ID, "tag", m.Tag,
+			r.logger.ErrorContext(ctx, "outbox handler panicked", "id", m.ID, "tag", m.Tag,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			err = fmt.Errorf("panic in %s handler: %v", m.Tag, p)
 		}

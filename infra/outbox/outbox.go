@@ -30,6 +30,8 @@ type Event interface {
 // a fresh UUIDv7. It is atomic with the caller's transaction: the row exists if
 // and only if tx commits. It is a plain INSERT with no ON CONFLICT: every call is a
 // new fact. After the commit, call Nudge so the local relay delivers at once.
+// When ctx holds a valid span (a traced request), the row also stores its W3C
+// trace context, and the relay's dispatch of the row links to it.
 func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -41,9 +43,9 @@ func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
 	}
 	now := time.Now().UnixMilli()
 	_, err = tx.Exec(ctx, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
-		VALUES ($1, $2, $3, $4, $4, 0)`,
-		id, event.EventTag(), payload, now)
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
+		VALUES ($1, $2, $3, $4, $4, 0, $5)`,
+		id, event.EventTag(), payload, now, traceContext(ctx))
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: append %s: %w", event.EventTag(), err)
 	}

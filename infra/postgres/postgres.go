@@ -13,12 +13,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/telemetry"
 )
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns: room for
@@ -73,6 +76,12 @@ func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, erro
 	}
 	if b.LockTimeout > 0 {
 		params["lock_timeout"] = strconv.FormatInt(b.LockTimeout.Milliseconds(), 10)
+	}
+	if telemetry.Enabled() {
+		// Each statement run under a traced context is a child span (never a
+		// root: the relay's polls make no traces). Without tracing no tracer is
+		// set, so a statement costs nothing more.
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithDisableAcquireTracer()) // span named by the statement's first word (the default)
 	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 )
 
@@ -29,14 +30,19 @@ const (
 	// closeReserve is for what stops last without a share of its own (closing
 	// the pool once every user of it has stopped).
 	closeReserve = 2 * time.Second
+	// TelemetryStopTimeout bounds the flush of buffered spans, which stops last:
+	// taken from closeReserve, so the whole budget does not grow.
+	TelemetryStopTimeout = time.Second
 )
 
 // StartTimeout bounds start-up, including waiting for another replica's migrations.
 const StartTimeout = 2 * time.Minute
 
 // Logger returns the logger every process uses: one JSON object a line on stdout.
+// A line logged with a context inside a traced operation carries trace_id and
+// span_id (telemetry.LogHandler).
 func Logger(service string) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("service", service)
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stdout, nil))).With("service", service)
 }
 
 // StopTimeout is the whole stop budget of an app whose server drains within

@@ -208,22 +208,24 @@ func (c *Consumer) process(msg jetstream.Msg) {
 	// Not the loop's context: Stop lets the message in hand finish, so a handler
 	// is never cut between its commit and its ack for nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AckWait)
+	ctx, span := consumeSpan(ctx, msg, m, c.cfg.Durable) // nil, at no cost, with tracing off
 	err := c.safeHandle(ctx, m)
+	endSpan(span, err)
 	cancel()
 	switch {
 	case err == nil:
 		if aerr := msg.Ack(); aerr != nil {
 			// The commit stands; the redelivery that follows is the handler's to absorb.
-			c.logger.Warn("nats ack failed", "seq", m.Sequence, "msg_id", m.MsgID, "err", aerr.Error())
+			c.logger.WarnContext(ctx, "nats ack failed", "seq", m.Sequence, "msg_id", m.MsgID, "err", aerr.Error())
 		}
 		consumed.WithLabelValues(c.cfg.Durable, ConsumeAcked).Inc()
 	case IsTerminal(err):
-		c.logger.Error("nats message terminated", "seq", m.Sequence, "msg_id", m.MsgID, "subject", m.Subject, "err", err.Error())
+		c.logger.ErrorContext(ctx, "nats message terminated", "seq", m.Sequence, "msg_id", m.MsgID, "subject", m.Subject, "err", err.Error())
 		_ = msg.Term()
 		consumed.WithLabelValues(c.cfg.Durable, ConsumeTerminated).Inc()
 	default:
 		delay := c.nakDelay(m.Delivered)
-		c.logger.Warn("nats message naked", "seq", m.Sequence, "msg_id", m.MsgID, "delivered", m.Delivered,
+		c.logger.WarnContext(ctx, "nats message naked", "seq", m.Sequence, "msg_id", m.MsgID, "delivered", m.Delivered,
 			"delay_ms", delay.Milliseconds(), "err", err.Error())
 		_ = msg.NakWithDelay(delay)
 		consumed.WithLabelValues(c.cfg.Durable, ConsumeNaked).Inc()

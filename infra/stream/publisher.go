@@ -163,7 +163,9 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	}
 	msg := nats.NewMsg(Subject(m.Tag))
 	msg.Data = body
+	ctx, span := publishSpan(ctx, msg, m) // nil, at no cost, with tracing off
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID.String()), jetstream.WithExpectStream(Name))
+	endSpan(span, err)
 	if err != nil {
 		publishes.WithLabelValues(PublishFailed).Inc()
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
@@ -177,7 +179,7 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	} else {
 		publishes.WithLabelValues(PublishStored).Inc()
 	}
-	p.logger.Debug("event published", "id", m.ID, "tag", m.Tag, "attempt", m.Attempt,
+	p.logger.DebugContext(ctx, "event published", "id", m.ID, "tag", m.Tag, "attempt", m.Attempt,
 		"seq", ack.Sequence, "duplicate", ack.Duplicate)
 	return nil
 }
