@@ -128,7 +128,10 @@ func Healthcheck(addr string) error {
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	client := &http.Client{Timeout: 3 * time.Second}
+	// A transport of its own: http.DefaultTransport's idle connections are shared
+	// with the rest of the process, and closing them elsewhere (a test server's
+	// Close) could fail this request.
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/readyz")
 	if err != nil {
 		return err
