@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func read(t *testing.T, path string) string {
@@ -76,15 +77,60 @@ func readmeCurlSteps(t *testing.T) []string {
 	return steps
 }
 
-// TestCIWorkflow runs the tests of deploy/workflow, a module of its own (see its
-// go.mod), which lint .github/workflows/ci.yml with actionlint and check that it
-// runs the README's test command against a PostgreSQL service.
+// TestCIWorkflow checks .github/workflows/ci.yml: actionlint finds nothing (in
+// deploy/workflow, a module of its own: see its go.mod), the test job runs the
+// README's test command, vet and lint against a PostgreSQL service, and the smoke
+// job runs deploy/smoke.sh on a runner with Docker.
 func TestCIWorkflow(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command("go", "test", "-count=1", "./...")
-	cmd.Dir = filepath.Join(root, "deploy", "workflow")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+
+	t.Run("actionlint finds nothing", func(t *testing.T) {
+		t.Parallel()
+		cmd := exec.Command("go", "test", "-count=1", "./...")
+		cmd.Dir = filepath.Join(root, "deploy", "workflow")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	})
+
+	var wf struct {
+		Jobs map[string]struct {
+			RunsOn   string `yaml:"runs-on"`
+			Services map[string]struct {
+				Image string   `yaml:"image"`
+				Ports []string `yaml:"ports"`
+			} `yaml:"services"`
+			Steps []struct {
+				Run string `yaml:"run"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(read(t, ".github/workflows/ci.yml")), &wf))
+	runs := func(job string) []string {
+		var out []string
+		for _, s := range wf.Jobs[job].Steps {
+			out = append(out, shellCommands(s.Run)...)
+		}
+		return out
+	}
+
+	t.Run("the test job runs the README's test command, vet and lint against a PostgreSQL service", func(t *testing.T) {
+		t.Parallel()
+		pg, ok := wf.Jobs["test"].Services["postgres"]
+		require.True(t, ok, "a postgres service container")
+		require.Contains(t, pg.Image, "postgres:")
+		require.Contains(t, pg.Ports, "5432:5432", "published where TEST_DATABASE_URL points")
+		cmds := runs("test")
+		require.Contains(t, cmds, readmeTestCommand(t))
+		require.Contains(t, cmds, "go vet ./...")
+		require.Contains(t, cmds, "go vet -tags failpoints ./...")
+		require.Contains(t, strings.Join(cmds, "\n"), "golangci-lint")
+	})
+
+	t.Run("the smoke job runs deploy/smoke.sh on a runner with Docker", func(t *testing.T) {
+		t.Parallel()
+		require.Contains(t, wf.Jobs["smoke"].RunsOn, "ubuntu")
+		require.Contains(t, runs("smoke"), "deploy/smoke.sh")
+	})
 }
 
 func TestCIRun(t *testing.T) {
