@@ -33,6 +33,10 @@ func baseEnv(databaseURL string) map[string]string {
 		"DATABASE_URL": databaseURL,
 		"EVENTS_TOKEN": "test-token",
 		"HTTP_ADDR":    "127.0.0.1:0",
+		// Never the default (localhost:8081), where a developer's billing may be
+		// running: port 1 refuses, so deliveries fail and are retried. A test that
+		// needs a billing sets its own.
+		"BILLING_URL": "http://127.0.0.1:1",
 		// These tests are about the process, not authentication (auth_test.go).
 		"AUTH_DISABLED": "true",
 	}
