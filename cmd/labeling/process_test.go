@@ -265,11 +265,15 @@ func TestGracefulStop(t *testing.T) {
 	lateRule := uuid.NewString()
 	require.NoError(t, late.SetDeadline(time.Now().Add(10*time.Second)))
 	body := fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, lateRule)
+	// A connection still in the listen backlog when the listener closed is reset
+	// (the write or the read fails): that refuses the late request too. What must
+	// never happen is an answer other than 503, or a commit (checked at the end).
 	_, err = fmt.Fprintf(late, "POST /v1/orgs/%s/rules HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", org, len(body), body)
-	require.NoError(t, err)
-	if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
-		resp.Body.Close()
-		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a late request is refused, if answered at all")
+	if err == nil {
+		if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
+			resp.Body.Close()
+			require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a late request is refused, if answered at all")
+		}
 	}
 
 	// 4. The request in flight is answered once its lock is free.

@@ -135,11 +135,13 @@ func TestServerStop(t *testing.T) {
 			return err != nil
 		}, 5*time.Second, 10*time.Millisecond, "new connections are refused while a request is in flight")
 		require.NoError(t, late.SetDeadline(time.Now().Add(10*time.Second)))
-		_, err = io.WriteString(late, "POST /commit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-		require.NoError(t, err)
-		if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
-			resp.Body.Close()
-			require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a late request is refused, if answered at all")
+		// A connection still in the listen backlog when the listener closed is reset
+		// (the write or the read fails): that refuses the late request too.
+		if _, err = io.WriteString(late, "POST /commit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err == nil {
+			if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
+				resp.Body.Close()
+				require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a late request is refused, if answered at all")
+			}
 		}
 		require.False(t, committed.Load(), "a request that arrives after the stop began never runs")
 
