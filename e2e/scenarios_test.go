@@ -275,7 +275,7 @@ func sigtermUnderLoad(t *testing.T, tr string) {
 	}
 	// billingBusy: billing has deliveries to apply. Over HTTP they are the
 	// relay's claims in flight; over NATS, rows the broker acked that billing
-	// has not applied yet (it applies one every 500ms).
+	// has not applied yet (each apply takes 500ms here).
 	billingBusy := inFlight
 	if tr == transportNATS {
 		billingBusy = func() bool {

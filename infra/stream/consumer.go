@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +48,11 @@ type ConsumerConfig struct {
 	// NakBase and NakMax bound the delay of a nak: NakBase after the first
 	// delivery, doubling, capped at NakMax. 250ms and 30s when zero.
 	NakBase, NakMax time.Duration
-	Batch           int // messages pulled ahead of the handler; 10 when zero
+	// Workers is how many messages are handled at once, each acked on its own
+	// after its handler returned; 8 when zero. Billing's Apply commits once per
+	// message, so one at a time caps the consumer at one commit's latency.
+	Workers int
+	Batch   int // messages pulled ahead of the handlers; 2 × Workers when zero
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -60,8 +65,11 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.NakMax <= 0 {
 		c.NakMax = 30 * time.Second
 	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
 	if c.Batch <= 0 {
-		c.Batch = 10
+		c.Batch = 2 * c.Workers
 	}
 	return c
 }
@@ -84,8 +92,10 @@ func (c ConsumerConfig) JetStreamConfig() jetstream.ConsumerConfig {
 }
 
 // Consumer runs one durable pull consumer: it creates or updates it (retrying
-// until the stream exists), pulls messages and hands each to its handler, one at
-// a time, acking only after the handler returned nil.
+// until the stream exists), pulls messages and hands them to Workers handlers at
+// once, acking each only after its handler returned nil. Messages are not
+// ordered: the stream's events are not (the outbox's relay does not order them
+// either), and the handler's receipt makes each one count once.
 type Consumer struct {
 	cfg    ConsumerConfig
 	handle Handler
@@ -124,7 +134,7 @@ func (c *Consumer) Start(context.Context) error {
 	return nil
 }
 
-// Stop ends the loop: the message being handled finishes (its handler is bounded
+// Stop ends the loop: the messages being handled finish (each handler is bounded
 // by AckWait); messages pulled ahead but not handled are redelivered after
 // AckWait. It waits until ctx ends at most.
 func (c *Consumer) Stop(ctx context.Context) error {
@@ -147,7 +157,20 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // again after a reconnect or a leader change), and recreates the consumer and
 // the iterator whenever the iterator ends with an error.
 func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
-	defer close(c.done)
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() {
+			for msg := range work {
+				c.process(msg)
+			}
+		})
+	}
+	defer func() {
+		close(work)
+		wg.Wait() // the messages in hand finish before Stop returns
+		close(c.done)
+	}()
 	failures := 0
 	fail := func(what string, err error) bool {
 		failures++
@@ -191,7 +214,12 @@ func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 				c.logger.Info("nats consumer recovered", "failures", failures)
 				failures = 0
 			}
-			c.process(msg)
+			select {
+			case work <- msg:
+			case <-ctx.Done():
+				it.Stop()
+				return // pulled, not handled: redelivered after AckWait
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,6 +318,52 @@ func TestConsumer(t *testing.T) {
 		time.Sleep(2500 * time.Millisecond) // past the ack wait
 		require.Len(t, r.deliveries(terminal.ID.String()), 1, "terminated: never redelivered")
 		require.Len(t, r.deliveries(transient.ID.String()), 3, "acked after the third delivery")
+	})
+
+	t.Run("handles several messages at once, each acked after its own handler", func(t *testing.T) {
+		t.Parallel()
+		s := natsServer(t, "", "")
+		p := publisher(t, s.ClientURL())
+		const n = 4 // fewer than the default Workers
+		var inFlight atomic.Int32
+		all := make(chan struct{})
+		var once sync.Once
+		r := &recorder{answer: func(stream.Message) error {
+			if inFlight.Add(1) == n {
+				once.Do(func() { close(all) })
+			}
+			select { // one at a time, the first handler would wait here in vain
+			case <-all:
+				return nil
+			case <-time.After(10 * time.Second):
+				return errors.New("the other messages were not handled beside this one")
+			}
+		}}
+		consumer(t, s.ClientURL(), "billing", r)
+		var ids []string
+		for range n {
+			m := message("RuleActivated")
+			ids = append(ids, m.ID.String())
+			publishUntil(t, p, m)
+		}
+		for _, id := range ids {
+			eventually(t, func() bool { return len(r.deliveries(id)) >= 1 }, "delivered: "+id)
+		}
+		select {
+		case <-all:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("only %d of %d messages were in hand at once", inFlight.Load(), n)
+		}
+		info, err := client(t, s.ClientURL()).Consumer(context.Background(), stream.Name, "billing")
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			ci, err := info.Info(context.Background())
+			require.NoError(t, err)
+			return ci.NumAckPending == 0 && ci.AckFloor.Stream == n
+		}, "all acked")
+		for _, id := range ids {
+			require.Len(t, r.deliveries(id), 1, "handled once: "+id)
+		}
 	})
 
 	t.Run("a second durable consumer sees every message too", func(t *testing.T) {
