@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/outbox"
 )
 
 // The README states the dead-letter window of the default retry settings. This
-// recomputes it from the defaults with the relay's rule (infra/outbox
-// durableDelay: d = base·2^(n−1), a wait is min(d/2 + jitter up to d/2, max), the
-// cap applied after the jitter), so a change of a default, or of the rule,
-// shows up as a README to update.
+// recomputes it from the defaults with the relay's own rule
+// (outbox.RetryDelayRange, which every retry delay is drawn from), so a change
+// of a default, or of the rule, shows up as a README to update.
 func TestREADMEDeadLetterWindow(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.LoadLabeling(func(name string) (string, bool) {
@@ -25,11 +25,9 @@ func TestREADMEDeadLetterWindow(t *testing.T) {
 	require.NoError(t, err)
 
 	var lo, hi time.Duration
-	d := cfg.RetryBase
 	for attempt := 1; attempt < cfg.MaxAttempts; attempt++ { // no wait after the last attempt
-		lo += min(d/2, cfg.RetryMax)
-		hi += min(d, cfg.RetryMax)
-		d *= 2
+		l, h := outbox.RetryDelayRange(attempt, cfg.RetryBase, cfg.RetryMax)
+		lo, hi = lo+l, hi+h
 	}
 	window := fmt.Sprintf("between %s and %s", lo.Round(time.Second), hi.Round(time.Second))
 	require.Equal(t, "between 21m18s and 36m15s", window, "the defaults changed: update the README's Configuration section")

@@ -16,17 +16,24 @@ const (
 	maxErrorLen = 2048
 )
 
-// durableDelay is the wait before attempt n+1 after attempt n failed: d = base ×
-// 2^(n-1), with "equal jitter" (d/2 plus a random part up to d/2), capped at max.
-// The jittered ranges of successive attempts do not overlap, so the delay never
-// shrinks from one attempt to the next.
-func durableDelay(attempt int, base, maxDelay time.Duration) time.Duration {
+// RetryDelayRange bounds the wait before attempt n+1 after attempt n failed:
+// with d = base × 2^(n-1), "equal jitter" between d/2 and d, both ends capped at
+// maxDelay. The ranges of successive attempts do not overlap, so the delay never
+// shrinks from one attempt to the next. The README's dead-letter window is the
+// sum of these ranges (deploy's TestREADMEDeadLetterWindow holds it to them).
+func RetryDelayRange(attempt int, base, maxDelay time.Duration) (lo, hi time.Duration) {
 	d := base
 	for i := 1; i < attempt && d < 2*maxDelay; i++ {
 		d *= 2
 	}
-	half := d / 2
-	return min(half+time.Duration(rand.Int64N(int64(d-half)+1)), maxDelay)
+	return min(d/2, maxDelay), min(d, maxDelay)
+}
+
+// durableDelay is the wait before attempt n+1 after attempt n failed: drawn
+// uniformly from RetryDelayRange, so relays that failed together spread out.
+func durableDelay(attempt int, base, maxDelay time.Duration) time.Duration {
+	lo, hi := RetryDelayRange(attempt, base, maxDelay)
+	return lo + time.Duration(rand.Int64N(int64(hi-lo)+1))
 }
 
 // failBackoff is the wait after the n-th failed step in a row, starting from
