@@ -114,6 +114,12 @@ func TestLoadLabeling(t *testing.T) {
 		{"a bad statement timeout", "DB_STATEMENT_TIMEOUT", "5"},
 		{"a bad lock timeout", "DB_LOCK_TIMEOUT", "-1s"},
 	}
+	// What a message must say besides the variable: a value over its bound is
+	// refused for the bound, not for what it breaks further on (the lease rule).
+	says := map[string]string{
+		"OUTBOX_CLAIM_SIZE=1001":      "maximum of 1000",
+		"OUTBOX_MAX_ATTEMPTS=1000000": "maximum",
+	}
 	for _, tc := range bad {
 		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {
 			t.Parallel()
@@ -122,6 +128,7 @@ func TestLoadLabeling(t *testing.T) {
 			_, err := config.LoadLabeling(env(kv))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.variable)
+			require.Contains(t, err.Error(), says[tc.variable+"="+tc.value])
 		})
 	}
 
