@@ -212,6 +212,7 @@ func TestHostileMethods(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, len(metrics), 64<<10, "60 methods of 10-30 KB create no series of their own")
 	require.Contains(t, string(metrics), `method="other",route="unmatched"`)
+	require.NotContains(t, string(metrics), "/v1/x", "a raw path is never a label")
 	for _, line := range strings.Split(srv.log.String(), "\n") {
 		require.Less(t, len(line), 1000, "a log line never repeats the method")
 	}
