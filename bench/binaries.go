@@ -170,16 +170,36 @@ type transport struct {
 
 var httpTransport = transport{name: "http"}
 
-// newDBs makes the two fresh databases of a pair (migrated, so rows can be
-// preloaded and triggers installed before the services start).
-func (b *bench) newDBs(ctx context.Context) (labURL, bilURL string, err error) {
-	if labURL, err = b.env.create(ctx, schemaLabeling); err != nil {
-		return "", "", err
+// newDBs makes the two fresh databases of a run: the producer's (migrated
+// with producer's schema) and billing's, so rows can be preloaded and triggers
+// installed before anything starts. drop removes both.
+func (b *bench) newDBs(ctx context.Context, producer schema) (prodURL, bilURL string, drop func(), err error) {
+	if prodURL, err = b.env.create(ctx, producer); err != nil {
+		return "", "", nil, err
 	}
 	if bilURL, err = b.env.create(ctx, schemaBilling); err != nil {
-		return "", "", err
+		b.env.drop(context.WithoutCancel(ctx), prodURL)
+		return "", "", nil, err
 	}
-	return labURL, bilURL, nil
+	return prodURL, bilURL, func() {
+		b.env.drop(context.WithoutCancel(ctx), prodURL)
+		b.env.drop(context.WithoutCancel(ctx), bilURL)
+	}, nil
+}
+
+// latencyDBs is newDBs with the commit stamps the latency figure reads: stamp
+// on the producer's table and stampReceipts on billing's receipts.
+func (b *bench) latencyDBs(ctx context.Context, producer schema, stamp string) (prodURL, bilURL string, drop func(), err error) {
+	if prodURL, bilURL, drop, err = b.newDBs(ctx, producer); err != nil {
+		return "", "", nil, err
+	}
+	for _, db := range [...]struct{ url, stamp string }{{prodURL, stamp}, {bilURL, stampReceipts}} {
+		if err := installStamp(ctx, db.url, db.stamp); err != nil {
+			drop()
+			return "", "", nil, err
+		}
+	}
+	return prodURL, bilURL, drop, nil
 }
 
 // startPair starts billing, then labeling delivering to it.
@@ -213,12 +233,11 @@ const receiptsSQL = `SELECT count(*) FROM billing_receipts`
 // measures events/s until billing_receipts holds them all (from the start of
 // billing and labeling, start-up included).
 func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, error) {
-	labURL, bilURL, err := b.newDBs(ctx)
+	labURL, bilURL, drop, err := b.newDBs(ctx, schemaLabeling)
 	if err != nil {
 		return 0, err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), labURL)
-	defer b.env.drop(context.WithoutCancel(ctx), bilURL)
+	defer drop()
 	lab, err := pgxpool.New(ctx, labURL)
 	if err != nil {
 		return 0, err
@@ -268,18 +287,11 @@ func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, err
 // httpLatency offers activations over labeling's HTTP API at rate for the
 // latency duration, through the real pair.
 func (b *bench) httpLatency(ctx context.Context, rate int, t transport) (latency, error) {
-	labURL, bilURL, err := b.newDBs(ctx)
+	labURL, bilURL, drop, err := b.latencyDBs(ctx, schemaLabeling, stampOutbox)
 	if err != nil {
 		return latency{}, err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), labURL)
-	defer b.env.drop(context.WithoutCancel(ctx), bilURL)
-	if err := installStamp(ctx, labURL, stampOutbox); err != nil {
-		return latency{}, err
-	}
-	if err := installStamp(ctx, bilURL, stampReceipts); err != nil {
-		return latency{}, err
-	}
+	defer drop()
 	lab, err := pgxpool.New(ctx, labURL)
 	if err != nil {
 		return latency{}, err

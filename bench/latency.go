@@ -247,22 +247,11 @@ const latencySenders = 64
 // appends in its own transaction and nudges the relay after the commit, as a
 // labeling use case does.
 func (b *bench) projectLatency(ctx context.Context, rate int) (latency, error) {
-	labURL, err := b.env.create(ctx, schemaLabeling)
+	labURL, bilURL, drop, err := b.latencyDBs(ctx, schemaLabeling, stampOutbox)
 	if err != nil {
 		return latency{}, err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), labURL)
-	bilURL, err := b.env.create(ctx, schemaBilling)
-	if err != nil {
-		return latency{}, err
-	}
-	defer b.env.drop(context.WithoutCancel(ctx), bilURL)
-	if err := installStamp(ctx, labURL, stampOutbox); err != nil {
-		return latency{}, err
-	}
-	if err := installStamp(ctx, bilURL, stampReceipts); err != nil {
-		return latency{}, err
-	}
+	defer drop()
 	pool, err := open(ctx, labURL)
 	if err != nil {
 		return latency{}, err
@@ -320,22 +309,11 @@ func toggle(k int) (rule int, active bool) {
 // riverLatency: River client, the producer inserting one job per transaction
 // (InsertTx), the worker running the consumer transaction.
 func (b *bench) riverLatency(ctx context.Context, v riverVariant, rate int) (latency, error) {
-	rivURL, err := b.env.create(ctx, schemaRiver)
+	rivURL, bilURL, drop, err := b.latencyDBs(ctx, schemaRiver, stampRiver)
 	if err != nil {
 		return latency{}, err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), rivURL)
-	bilURL, err := b.env.create(ctx, schemaBilling)
-	if err != nil {
-		return latency{}, err
-	}
-	defer b.env.drop(context.WithoutCancel(ctx), bilURL)
-	if err := installStamp(ctx, rivURL, stampRiver); err != nil {
-		return latency{}, err
-	}
-	if err := installStamp(ctx, bilURL, stampReceipts); err != nil {
-		return latency{}, err
-	}
+	defer drop()
 	pool, err := open(ctx, rivURL)
 	if err != nil {
 		return latency{}, err

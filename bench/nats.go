@@ -124,12 +124,11 @@ func (n *natsRows) transport() transport {
 // started with EVENTS_TRANSPORT=nats must create the stream (contract section 7)
 // and stay up. It returns the reason when they do not.
 func (b *bench) probeNATS(ctx context.Context) (string, error) {
-	labURL, bilURL, err := b.newDBs(ctx)
+	labURL, bilURL, drop, err := b.newDBs(ctx, schemaLabeling)
 	if err != nil {
 		return "", err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), labURL)
-	defer b.env.drop(context.WithoutCancel(ctx), bilURL)
+	defer drop()
 	if err := b.nats.deleteStream(ctx); err != nil {
 		return "", err
 	}
