@@ -41,10 +41,10 @@ func setup(t testing.TB) *bundle {
 	return setupPool(t, db.Pool)
 }
 
-func setupPool(t testing.TB, pool *pgxpool.Pool) *bundle {
+func setupPool(t testing.TB, pool *pgxpool.Pool, opts ...billing.Option) *bundle {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := billing.NewService(pool, logger)
+	svc := billing.NewService(pool, logger, opts...)
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, pool)
