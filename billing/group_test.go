@@ -34,11 +34,11 @@ func activated(org uuid.UUID) billing.Event {
 func (b *bundle) logTransactions(t testing.TB) {
 	t.Helper()
 	_, err := b.pool.Exec(context.Background(), `
-		CREATE TABLE receipt_log (event_id uuid, tx bigint);
+		CREATE TABLE receipt_log (seq bigserial, event_id uuid, tx bigint);
 		CREATE TABLE quota_log (seq bigserial, org_id uuid, tx bigint);
 		CREATE SEQUENCE quota_calls;
 		CREATE FUNCTION log_receipt() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN INSERT INTO receipt_log VALUES (NEW.event_id, txid_current()); RETURN NULL; END $$;
+		BEGIN INSERT INTO receipt_log (event_id, tx) VALUES (NEW.event_id, txid_current()); RETURN NULL; END $$;
 		CREATE FUNCTION log_quota() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			PERFORM nextval('quota_calls');
@@ -231,7 +231,7 @@ func TestGroupApply(t *testing.T) {
 		require.EqualValues(t, 1, *b.activeRules(t, held))
 	})
 
-	t.Run("a group changes its quota rows in org order, whatever order its deliveries arrived in", func(t *testing.T) {
+	t.Run("a group writes receipts in event id order and quota rows in org order, whatever order its deliveries arrived in", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.logTransactions(t)
@@ -241,29 +241,39 @@ func TestGroupApply(t *testing.T) {
 		for i := range orgs {
 			orgs[i] = uuid.New()
 		}
-		slices.SortFunc(orgs, func(a, c uuid.UUID) int { return bytes.Compare(c[:], a[:]) }) // descending
+		slices.SortFunc(orgs, func(a, c uuid.UUID) int { return bytes.Compare(a[:], c[:]) })
+		// UUIDv7 ids ascend as they are made; the deliveries arrive in the
+		// opposite order, ids and orgs descending.
 		evs := make([]billing.Event, len(orgs))
 		for i, org := range orgs {
 			evs[i] = activated(org)
 		}
-		lead, rest := lineUp(t, b, b.svc, held, 0, evs)
+		arrival := slices.Clone(evs)
+		slices.Reverse(arrival)
+		lead, rest := lineUp(t, b, b.svc, held, 0, arrival)
 		release()
 		require.NoError(t, collect(t, []<-chan outcome{lead})[0].err)
 		for _, o := range collect(t, rest) {
 			require.NoError(t, o.err)
 		}
-		rows, err := b.pool.Query(context.Background(), `SELECT org_id FROM quota_log WHERE tx = $1 ORDER BY seq`, b.txOf(t, evs[0].ID))
-		require.NoError(t, err)
-		var changed []uuid.UUID
-		for rows.Next() {
-			var o uuid.UUID
-			require.NoError(t, rows.Scan(&o))
-			changed = append(changed, o)
+		order := func(query string) []uuid.UUID {
+			rows, err := b.pool.Query(context.Background(), query, b.txOf(t, evs[0].ID))
+			require.NoError(t, err)
+			var got []uuid.UUID
+			for rows.Next() {
+				var o uuid.UUID
+				require.NoError(t, rows.Scan(&o))
+				got = append(got, o)
+			}
+			require.NoError(t, rows.Err())
+			return got
 		}
-		require.NoError(t, rows.Err())
-		want := slices.Clone(orgs)
-		slices.Reverse(want)
-		require.Equal(t, want, changed, "ascending org id order")
+		ids := make([]uuid.UUID, len(evs))
+		for i, e := range evs {
+			ids[i] = e.ID
+		}
+		require.Equal(t, ids, order(`SELECT event_id FROM receipt_log WHERE tx = $1 ORDER BY seq`), "ascending event id order")
+		require.Equal(t, orgs, order(`SELECT org_id FROM quota_log WHERE tx = $1 ORDER BY seq`), "ascending org id order")
 	})
 
 	t.Run("two replicas whose groups touch the same orgs in opposite orders at once never deadlock", func(t *testing.T) {
