@@ -104,7 +104,19 @@ func (s *Service) lead(r *applyReq) (bool, error) {
 	waiting.Sub(float64(n))
 	s.mu.Unlock()
 
+	answered := false
+	defer func() {
+		// A panic in the transaction (a defect) propagates to this caller's
+		// recovery, but must not leave the queue without a leader for ever.
+		if !answered {
+			s.handOff()
+			for _, m := range group[1:] {
+				m.done <- groupResult{err: fault.Errorf(fault.Internal, "internal error")}
+			}
+		}
+	}()
 	results := s.applyGroup(group)
+	answered = true
 	// Hand off before answering, so that the next group's commit is not delayed
 	// by this group's responses.
 	s.handOff()

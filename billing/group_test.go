@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"testing"
@@ -354,6 +356,17 @@ func TestGroupApply(t *testing.T) {
 			require.NotEqual(t, b.txOf(t, good1.ID), b.txOf(t, good2.ID), "each applied in a transaction of its own")
 		})
 	}
+
+	t.Run("a transaction that panics (a defect) hands the lead on: the next delivery is not left waiting", func(t *testing.T) {
+		t.Parallel()
+		svc := billing.NewService(nil, slog.New(slog.NewTextHandler(io.Discard, nil))) // no pool: the statement panics
+		for i := range 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			require.Panics(t, func() { _, _ = svc.Apply(ctx, activated(uuid.New())) }, "delivery %d reaches the database", i)
+			cancel()
+		}
+		require.Zero(t, svc.Waiting())
+	})
 
 	t.Run("with group apply off every delivery runs its own transaction and none waits for another", func(t *testing.T) {
 		t.Parallel()
