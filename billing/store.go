@@ -11,7 +11,8 @@ import (
 )
 
 // Store reads and writes billing_receipts and billing_quota. Its methods run in the
-// transaction they are given; the use case owns it.
+// transaction (or, for a single statement, on the pool) they are given; the use
+// case owns it.
 type Store struct{}
 
 // Querier runs one statement: a pgx.Tx, or the pool, where the statement is its
