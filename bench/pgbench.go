@@ -15,14 +15,12 @@ import (
 // floor any Go program on this machine competes with. Each line is one
 // statement, run with -M prepared (parameters, as pgx sends them).
 
-// consumerScript is billing's consumer transaction (billing/store.go): the
-// receipt insert and the quota upsert, in one transaction. Every receipt is new,
-// as in a drain.
+// consumerScript is billing's consumer transaction (billing/store.go applySQL):
+// one statement that inserts the receipt and, only for a new receipt, upserts
+// the quota, committed on its own, as a lone delivery is applied (a group puts
+// more events in the same arrays). Every receipt is new, as in a drain.
 const consumerScript = `\set org random(0, 99)
-BEGIN;
-INSERT INTO billing_receipts (event_id, created_at) VALUES (gen_random_uuid(), (extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING RETURNING event_id;
-INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES (md5('org' || :org)::uuid, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT (org_id) DO UPDATE SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules, updated_at = EXCLUDED.updated_at;
-END;
+WITH ev AS (SELECT * FROM unnest(ARRAY[gen_random_uuid()], ARRAY[md5('org' || :org)::uuid], ARRAY[1::bigint]) AS ev (event_id, org_id, delta)), fresh AS (INSERT INTO billing_receipts (event_id, created_at) SELECT event_id, (extract(epoch from clock_timestamp()) * 1000)::bigint FROM ev ORDER BY event_id ON CONFLICT DO NOTHING RETURNING event_id), quota AS (INSERT INTO billing_quota (org_id, active_rules, updated_at) SELECT ev.org_id, sum(ev.delta)::bigint, (extract(epoch from clock_timestamp()) * 1000)::bigint FROM fresh JOIN ev USING (event_id) GROUP BY ev.org_id ORDER BY ev.org_id ON CONFLICT (org_id) DO UPDATE SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules, updated_at = EXCLUDED.updated_at) SELECT event_id FROM fresh;
 `
 
 // producerScript is labeling's activation (labeling/store.go SetActive, then

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
@@ -41,10 +42,10 @@ func setup(t testing.TB) *bundle {
 	return setupPool(t, db.Pool)
 }
 
-func setupPool(t testing.TB, pool *pgxpool.Pool) *bundle {
+func setupPool(t testing.TB, pool *pgxpool.Pool, opts ...billing.Option) *bundle {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := billing.NewService(pool, logger)
+	svc := billing.NewService(pool, logger, opts...)
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, pool)
@@ -637,6 +638,56 @@ func TestApply(t *testing.T) {
 		q, err := b.svc.Quota(context.Background(), ev.OrgID)
 		require.NoError(t, err)
 		require.Equal(t, billing.Quota{OrgID: ev.OrgID, ActiveRules: 1}, q)
+	})
+}
+
+// statements counts the statements a pool sends, by their text.
+type statements struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, strings.TrimSpace(d.SQL))
+	return ctx
+}
+
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (s *statements) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.sent
+	s.sent = nil
+	return out
+}
+
+func TestApplyStatements(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a lone event is one statement, with no BEGIN or COMMIT around it, and a redelivery too", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t, migrations.Billing)
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		trace := &statements{}
+		cfg.ConnConfig.Tracer = trace
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		b := setupPool(t, pool)
+		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), RuleID: uuid.New()}
+		for _, want := range []bool{true, false} {
+			applied, err := b.svc.Apply(context.Background(), ev)
+			require.NoError(t, err)
+			require.Equal(t, want, applied)
+			sent := trace.take()
+			require.Len(t, sent, 1, "%q", sent)
+			require.True(t, strings.HasPrefix(sent[0], "WITH"), sent[0])
+		}
+		require.EqualValues(t, 1, *b.activeRules(t, ev.OrgID))
 	})
 }
 

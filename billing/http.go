@@ -20,6 +20,9 @@ import (
 type Config struct {
 	EventsToken       string        // the shared secret senders present as a Bearer token
 	ReceiptsRetention time.Duration // receipts older than this are deleted
+	// ApplyGroupMax bounds the events one apply transaction takes (group apply);
+	// 1 turns grouping off, 0 keeps DefaultApplyGroupMax.
+	ApplyGroupMax int
 }
 
 // Handler serves billing's HTTP API.

@@ -26,9 +26,18 @@ var (
 		Name: "billing_apply_contention_retries_total",
 		Help: "Event transactions retried in-process after a serialization failure or deadlock.",
 	})
+	groupSizes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "billing_apply_group_size",
+		Help:    "Events per apply transaction: deliveries that arrived while a transaction was in flight are applied together in the next (BILLING_APPLY_GROUP_MAX bounds it).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 to 1024
+	})
+	waiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "billing_apply_waiting",
+		Help: "Deliveries waiting for the next apply transaction while one is in flight.",
+	})
 )
 
-func init() { prometheus.MustRegister(events, contentionRetries) }
+func init() { prometheus.MustRegister(events, contentionRetries, groupSizes, waiting) }
 
 func countEvent(typ, outcome string) {
 	if !Known(typ) {

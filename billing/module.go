@@ -1,6 +1,9 @@
 package billing
 
 import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/fx"
 
@@ -13,7 +16,9 @@ import (
 // *slog.Logger, the *echo.Echo (web.Module) and the *auth.Guard (auth.Module).
 var Module = fx.Module("billing",
 	fx.Provide(
-		NewService,
+		func(pool *pgxpool.Pool, logger *slog.Logger, cfg Config) *Service {
+			return NewService(pool, logger, ApplyGroupMax(cfg.ApplyGroupMax))
+		},
 		NewHandler,
 		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),
 	),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,16 +36,44 @@ const (
 	sqlDeadlock  = "40P01"
 )
 
+// DefaultApplyGroupMax is the group size a Service uses when none is given
+// (BILLING_APPLY_GROUP_MAX's default).
+const DefaultApplyGroupMax = 100
+
 // Service applies delivered events and answers quota reads.
 type Service struct {
-	pool   *pgxpool.Pool
-	store  Store
-	logger *slog.Logger
+	pool     *pgxpool.Pool
+	store    Store
+	logger   *slog.Logger
+	groupMax int // events applied in one transaction at most; 1: one transaction per event
+
+	mu    sync.Mutex
+	busy  bool        // a group transaction is in flight (its leader will hand off)
+	queue []*applyReq // deliveries waiting for the next group, in arrival order
 }
 
-// NewService returns the billing use cases over pool.
-func NewService(pool *pgxpool.Pool, logger *slog.Logger) *Service {
-	return &Service{pool: pool, logger: logger}
+// Option changes how a Service applies events.
+type Option func(*Service)
+
+// ApplyGroupMax bounds how many concurrent deliveries Apply puts in one
+// transaction (group apply); 1 turns grouping off, so that every delivery runs
+// its own transaction. A value below 1 keeps the default.
+func ApplyGroupMax(n int) Option {
+	return func(s *Service) {
+		if n >= 1 {
+			s.groupMax = n
+		}
+	}
+}
+
+// NewService returns the billing use cases over pool, with group apply at
+// DefaultApplyGroupMax unless opts say otherwise.
+func NewService(pool *pgxpool.Pool, logger *slog.Logger, opts ...Option) *Service {
+	s := &Service{pool: pool, logger: logger, groupMax: DefaultApplyGroupMax}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Apply applies e once, however often it is delivered. In ONE transaction it
@@ -54,7 +83,14 @@ func NewService(pool *pgxpool.Pool, logger *slog.Logger) *Service {
 // commit, so a caller that answers success after it never acknowledges an
 // uncommitted change; a failure at any point before the commit leaves neither the
 // receipt nor the change. Errors are *fault.Error: Unavailable when the database is
-// down or contention outlasted the retries, Internal otherwise.
+// down, contention outlasted the retries or ctx ended first, Internal otherwise.
+//
+// Concurrent calls are grouped (see group.go): a call that finds no transaction
+// in flight commits at once, alone; calls that arrive while one is in flight are
+// applied together in the next one, each still with its own receipt and its own
+// result. A group that fails for a reason other than an unavailable database is
+// retried member by member, so one event that cannot be applied fails only its
+// own call.
 func (s *Service) Apply(ctx context.Context, e Event) (applied bool, err error) {
 	if telemetry.Enabled() {
 		var span trace.Span
@@ -70,44 +106,65 @@ func (s *Service) Apply(ctx context.Context, e Event) (applied bool, err error) 
 			span.End()
 		}()
 	}
+	if s.groupMax <= 1 {
+		return s.applyAlone(ctx, e)
+	}
+	return s.applyGrouped(ctx, e)
+}
+
+// applyAlone applies e in a transaction of its own.
+func (s *Service) applyAlone(ctx context.Context, e Event) (bool, error) {
+	groupSizes.Observe(1)
+	fresh, err := s.commit(ctx, []Event{e})
+	if err != nil {
+		return false, err
+	}
+	return fresh[e.ID], nil
+}
+
+// commit applies events (distinct ids) in one transaction, retrying it on
+// contention, and returns the ids it applied. Errors are classified.
+func (s *Service) commit(ctx context.Context, events []Event) (map[uuid.UUID]bool, error) {
 	for attempt := 1; ; attempt++ {
-		applied, err = s.applyOnce(ctx, e)
+		fresh, err := s.applyOnce(ctx, events)
 		if err == nil {
-			return applied, nil
+			return fresh, nil
 		}
 		if !contention(err) {
-			return false, classify(err)
+			return nil, classify(err)
 		}
 		if attempt == maxAttempts {
-			return false, fault.Wrap(fault.Unavailable, err, "database busy, retry later")
+			return nil, fault.Wrap(fault.Unavailable, err, "database busy, retry later")
 		}
 		contentionRetries.Inc()
 		if err := pause(ctx, attempt); err != nil {
-			return false, classify(err)
+			return nil, classify(err)
 		}
 	}
 }
 
-func (s *Service) applyOnce(ctx context.Context, e Event) (applied bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := time.Now().UnixMilli()
-		fresh, err := s.store.InsertReceipt(ctx, tx, e.ID, now)
-		if err != nil || !fresh {
+// applyOnce runs the one statement of Store.Apply. In a normal build it runs
+// on the pool as its own transaction: one round trip, committed when it
+// returns, and a crash before its answer leaves either the whole group or
+// none of it. A failpoints build wraps it in an explicit transaction so that
+// billing.events.before-commit has a place between the writes and the commit.
+func (s *Service) applyOnce(ctx context.Context, events []Event) (map[uuid.UUID]bool, error) {
+	now := time.Now().UnixMilli()
+	if !failpoint.Enabled {
+		return s.store.Apply(ctx, s.pool, events, now)
+	}
+	var fresh map[uuid.UUID]bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if fresh, err = s.store.Apply(ctx, tx, events, now); err != nil {
 			return err
 		}
-		if err := s.store.AddActiveRules(ctx, tx, e.OrgID, e.Delta(), now); err != nil {
-			return err
-		}
-		if err := failpoint.Inject(failpoint.BillingEventsBeforeCommit); err != nil {
-			return err
-		}
-		applied = true
-		return nil
+		return failpoint.Inject(failpoint.BillingEventsBeforeCommit)
 	})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	return applied, nil
+	return fresh, nil
 }
 
 // Quota returns org's quota; an org no event has touched has 0 active rules.

@@ -11,42 +11,77 @@ import (
 )
 
 // Store reads and writes billing_receipts and billing_quota. Its methods run in the
-// transaction they are given; the use case owns it.
+// transaction (or, for a single statement, on the pool) they are given; the use
+// case owns it.
 type Store struct{}
 
-// InsertReceipt records that event id is applied, unless a receipt for it exists.
-// It reports whether the receipt is new. A concurrent insert of the same id waits
-// for the other transaction: if that one commits, this one sees the conflict and
-// reports false. It must run in the same transaction as the event's effect; claimed
-// alone, a crash after it would lose the effect forever.
-func (Store) InsertReceipt(ctx context.Context, tx pgx.Tx, id uuid.UUID, now int64) (bool, error) {
-	var got uuid.UUID
-	err := tx.QueryRow(ctx, `
-		INSERT INTO billing_receipts (event_id, created_at) VALUES ($1, $2)
-		ON CONFLICT DO NOTHING
-		RETURNING event_id`, id, now).Scan(&got)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("insert receipt: %w", err)
-	}
-	return true, nil
+// Querier runs one statement: a pgx.Tx, or the pool, where the statement is its
+// own transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// AddActiveRules adds delta to org's active rules, creating the org's row at delta.
-// The count is not clamped at zero: with no ordering guarantee a deactivation may
-// arrive before its activation, and only the plain sum converges.
-func (Store) AddActiveRules(ctx context.Context, tx pgx.Tx, org uuid.UUID, delta, now int64) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES ($1, $2, $3)
+// applySQL applies a group of events in ONE statement (so, without an explicit
+// transaction, in one round trip and one commit). Each event's receipt is
+// inserted unless it exists, and only the events whose receipt is new add their
+// delta to their org's active rules, so an event whose receipt exists changes
+// nothing. The statement is atomic: every receipt commits with its change or
+// none does.
+//
+// Lock order is what keeps two concurrent groups (two replicas, or a group and
+// a lone delivery) from deadlocking: receipts are inserted in event id order
+// (a duplicate waits on the other transaction's uncommitted receipt) and quota
+// rows are changed in org id order, one upsert per org (ON CONFLICT DO UPDATE may
+// not touch a row twice in one statement, so the org's deltas are summed). The
+// aggregate consumes every receipt before it emits a quota row, so all receipt
+// locks come before any quota lock. The count is not clamped at zero: with no
+// ordering guarantee a deactivation may arrive before its activation, and only
+// the plain sum converges.
+const applySQL = `
+	WITH ev AS (
+		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS ev (event_id, org_id, delta)
+	), fresh AS (
+		INSERT INTO billing_receipts (event_id, created_at)
+		SELECT event_id, $4 FROM ev ORDER BY event_id
+		ON CONFLICT DO NOTHING
+		RETURNING event_id
+	), quota AS (
+		INSERT INTO billing_quota (org_id, active_rules, updated_at)
+		SELECT ev.org_id, sum(ev.delta)::bigint, $4 FROM fresh JOIN ev USING (event_id)
+		GROUP BY ev.org_id ORDER BY ev.org_id
 		ON CONFLICT (org_id) DO UPDATE
 		SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules,
-		    updated_at = EXCLUDED.updated_at`, org, delta, now)
-	if err != nil {
-		return fmt.Errorf("add active rules: %w", err)
+		    updated_at = EXCLUDED.updated_at
+	)
+	SELECT event_id FROM fresh`
+
+// Apply applies events (distinct ids) in one statement on q and returns the ids
+// whose receipt is new, the events it applied; the others were applied before
+// and changed nothing. A concurrent insert of the same id waits for the other
+// transaction: if that one commits, this one sees the conflict and leaves the
+// event out. The receipt and the change are one statement, so a receipt can never
+// be claimed apart from its effect (which would turn a crash into a lost event).
+func (Store) Apply(ctx context.Context, q Querier, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	ids := make([]uuid.UUID, len(events))
+	orgs := make([]uuid.UUID, len(events))
+	deltas := make([]int64, len(events))
+	for i, e := range events {
+		ids[i], orgs[i], deltas[i] = e.ID, e.OrgID, e.Delta()
 	}
-	return nil
+	rows, err := q.Query(ctx, applySQL, ids, orgs, deltas, now)
+	if err != nil {
+		return nil, fmt.Errorf("apply events: %w", err)
+	}
+	fresh := make(map[uuid.UUID]bool, len(events))
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		fresh[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply events: %w", err)
+	}
+	return fresh, nil
 }
 
 // ActiveRules returns org's active rules, 0 for an org no event has touched.

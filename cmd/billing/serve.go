@@ -44,7 +44,7 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 			}},
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			retention.Config{Interval: cfg.CleanupInterval},
-			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention},
+			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
 			authn,
 			telemetry.Config{Service: "billing", Lookup: lookup},
 		),

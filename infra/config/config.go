@@ -64,6 +64,10 @@ type Billing struct {
 	NATSURL     string
 	NATSAckWait time.Duration
 
+	// ApplyGroupMax (BILLING_APPLY_GROUP_MAX) bounds the deliveries billing
+	// applies in one transaction; 1 is one transaction per event.
+	ApplyGroupMax int
+
 	Bounds
 }
 
@@ -103,7 +107,7 @@ var (
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
-		"NATS_URL", "NATS_ACK_WAIT",
+		"NATS_URL", "NATS_ACK_WAIT", "BILLING_APPLY_GROUP_MAX",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*.
@@ -135,6 +139,14 @@ const (
 	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
 	maxDBTimeout      = time.Hour
 	maxOutboxDuration = 24 * time.Hour // poll interval, handler timeout, retry base
+)
+
+// DefaultApplyGroupMax is BILLING_APPLY_GROUP_MAX's default, above the
+// deliveries one relay keeps in flight (OUTBOX_WORKERS), so that a relay's
+// concurrent deliveries fit one transaction; MaxApplyGroup bounds the setting.
+const (
+	DefaultApplyGroupMax = 100
+	MaxApplyGroup        = 1000
 )
 
 // LoadLabeling reads the labeling configuration.
@@ -219,6 +231,7 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		Bounds:            r.bounds(),
 		NATSURL:           r.natsURL("NATS_URL"),
 		NATSAckWait:       r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
+		ApplyGroupMax:     r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
 	}
 	return c, r.err
 }

@@ -183,12 +183,25 @@ func TestLoadBilling(t *testing.T) {
 		require.Equal(t, time.Hour, c.CleanupInterval)
 		require.Empty(t, c.NATSURL, "no NATS consumer unless asked")
 		require.Equal(t, 30*time.Second, c.NATSAckWait)
+		require.Equal(t, 100, c.ApplyGroupMax, "group apply is on by default")
+	})
+
+	t.Run("a group max of 1 turns group apply off", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["BILLING_APPLY_GROUP_MAX"] = "1"
+		c, err := config.LoadBilling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, 1, c.ApplyGroupMax)
 	})
 
 	for name, kv := range map[string][2]string{
-		"a bad nats url":  {"NATS_URL", "127.0.0.1:4222"},
-		"a bad ack wait":  {"NATS_ACK_WAIT", "soon"},
-		"a zero ack wait": {"NATS_ACK_WAIT", "0s"},
+		"a bad nats url":           {"NATS_URL", "127.0.0.1:4222"},
+		"a bad ack wait":           {"NATS_ACK_WAIT", "soon"},
+		"a zero ack wait":          {"NATS_ACK_WAIT", "0s"},
+		"a zero group max":         {"BILLING_APPLY_GROUP_MAX", "0"},
+		"a group max that is text": {"BILLING_APPLY_GROUP_MAX", "on"},
+		"a group max over 1000":    {"BILLING_APPLY_GROUP_MAX", "1001"},
 	} {
 		t.Run("rejects "+name+" naming it", func(t *testing.T) {
 			t.Parallel()
