@@ -220,7 +220,8 @@ func (r *Relay) free() int {
 }
 
 // loop claims until Stop. After a claim that got all it asked for, it claims
-// again as soon as half a claim's worth of slots is free; after one that got less, it waits
+// again as soon as half a claim's worth of slots (or half the workers, if
+// fewer) is free; after one that got less, it waits
 // for the poll interval, a Nudge or a notification (and a free slot); after a
 // failed claim, for a wait that doubles from the poll interval up to its cap.
 func (r *Relay) loop() {
@@ -241,7 +242,10 @@ func (r *Relay) loop() {
 		}
 		need := 1
 		if more {
-			need = max(1, r.cfg.ClaimSize/2) // one claim per freed slot would be a statement per row
+			// One claim per freed slot would be a statement per row, so wait
+			// for half a claim; but never for more slots than there can ever
+			// be free at once (Workers < ClaimSize/2 would wait for ever).
+			need = max(1, min(r.cfg.ClaimSize, r.cfg.workers())/2)
 		}
 		for r.free() < need {
 			select {

@@ -672,3 +672,22 @@ func TestRelayFullBatch(t *testing.T) {
 	require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NOT NULL") == 23 },
 		10*time.Second, 10*time.Millisecond, "a full batch is followed by another claim at once, not a poll")
 }
+
+func TestRelayFewerWorkersThanHalfAClaim(t *testing.T) {
+	t.Parallel()
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d workers with claim size 10 deliver every row", workers), func(t *testing.T) {
+			t.Parallel()
+			db := newDB(t)
+			cfg := testConfig()
+			cfg.PollInterval, cfg.ClaimSize, cfg.Workers = time.Hour, 10, workers
+			r := newRelay(t, db.Pool, cfg, handle(ok))
+			appendEvents(t, db.Pool, things(150)...)
+			require.NoError(t, r.Start(ctxT(t)))
+			// The poll is an hour away: only the claim after a full claim can
+			// keep the relay going.
+			require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NOT NULL") == 150 },
+				20*time.Second, 20*time.Millisecond, "every row is delivered, however few the workers")
+		})
+	}
+}
