@@ -111,6 +111,12 @@ func (s *settler) add(os ...outcome) {
 		s.room.Wait()
 	}
 	wasEmpty := len(s.pending) == 0
+	if s.closed {
+		// Only while closing can one claim have two outcomes: close releases
+		// every held row it saw no outcome for, and a worker may hand over the
+		// row's real outcome just before or after that.
+		os = s.supersede(os)
+	}
 	s.pending = append(s.pending, os...)
 	n := len(s.pending)
 	s.mu.Unlock()
@@ -120,6 +126,68 @@ func (s *settler) add(os ...outcome) {
 	if n >= flushBatch {
 		signal(s.full)
 	}
+}
+
+// claimKey names one claim of one row: the unit that carries one outcome.
+type claimKey struct{ id, token uuid.UUID }
+
+// supersede keeps one outcome per claim across what is waiting and os, the
+// real outcome (processed, retry, failed) winning over a release: a release
+// waiting for a claim whose real outcome arrives is dropped, and a release for
+// a claim that already has an outcome waiting is not added. It returns what of
+// os is left to add. Called with s.mu held.
+func (s *settler) supersede(os []outcome) []outcome {
+	waiting := make(map[claimKey]int, len(s.pending))
+	for i, o := range s.pending {
+		waiting[claimKey{o.ID, o.token}] = i
+	}
+	keep := os[:0:0]
+	for _, o := range os {
+		k := claimKey{o.ID, o.token}
+		i, ok := waiting[k]
+		switch {
+		case !ok:
+		case o.kind == kindRelease:
+			continue
+		case s.pending[i].kind == kindRelease:
+			s.pending[i] = o
+			continue
+		}
+		waiting[k] = len(s.pending) + len(keep)
+		keep = append(keep, o)
+	}
+	return keep
+}
+
+// dedupe leaves one outcome per claim in batch, the real outcome winning over
+// a release: one UPDATE ... FROM unnest that joins a row twice applies either
+// of the two, so a delivered row could be released and delivered again. Only a
+// batch that holds a release can have two; any other costs one pass.
+func dedupe(batch []outcome) []outcome {
+	releases := false
+	for _, o := range batch {
+		if o.kind == kindRelease {
+			releases = true
+			break
+		}
+	}
+	if !releases {
+		return batch
+	}
+	at := make(map[claimKey]int, len(batch))
+	out := batch[:0]
+	for _, o := range batch {
+		k := claimKey{o.ID, o.token}
+		if i, ok := at[k]; ok {
+			if out[i].kind == kindRelease {
+				out[i] = o
+			}
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, o)
+	}
+	return out
 }
 
 // run flushes in the background until stop.
@@ -194,6 +262,7 @@ func (s *settler) flush(ctx context.Context) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	batch = dedupe(batch)
 	settled, err := s.exec(ctx, batch)
 	if err != nil {
 		s.mu.Lock()
