@@ -22,8 +22,11 @@ const (
 // partial index outbox_events_pending_idx (pending rows by created_at) from the
 // floor $5 up, so it costs the same however many settled rows the table holds,
 // vacuumed or not, as long as they lie below the floor. A claim is reclaimable
-// when its lease expired, or when it lies more than twice the lease in the
-// future (a clock that ran ahead). SKIP LOCKED lets relays claim side by side.
+// when its lease expired, or when it lies more than twice its own lease (the
+// claim_lease its claimer wrote) in the future: its claimer's clock ran ahead.
+// Never by the reader's lease: a replica with a shorter one would take the live
+// claims of a replica with a longer one. SKIP LOCKED lets relays claim side by
+// side.
 //
 // A row whose attempts are used up ($6) was claimed that many times and never
 // settled the last time (its relay died or lost the database): it is
@@ -31,14 +34,14 @@ const (
 // that kills every process that takes it stops after MaxAttempts claims. Every
 // other row gets the claim's token $7 and one more attempt.
 //
-// $1 now, $2 now + lease, $3 now + 2 × lease, $4 limit, $5 floor (created_at),
-// $6 max attempts, $7 claim token; epoch ms.
+// $1 now, $2 now + lease, $3 lease, $4 limit, $5 floor (created_at),
+// $6 max attempts, $7 claim token; epoch ms and ms.
 const claimSQL = `
 WITH picked AS (
 	SELECT id FROM outbox_events
 	WHERE processed_at IS NULL AND failed_at IS NULL
 		AND created_at >= $5::bigint AND available_at <= $1::bigint
-		AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $3::bigint)
+		AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $1::bigint + 2 * claim_lease)
 	ORDER BY created_at
 	LIMIT $4::int
 	FOR UPDATE SKIP LOCKED
@@ -47,6 +50,7 @@ UPDATE outbox_events o SET
 	attempts      = CASE WHEN o.attempts >= $6::int THEN o.attempts ELSE o.attempts + 1 END,
 	claimed_until = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $2::bigint END,
 	claim_token   = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $7::uuid END,
+	claim_lease   = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $3::bigint END,
 	failed_at     = CASE WHEN o.attempts >= $6::int THEN $1::bigint END,
 	last_error    = CASE WHEN o.attempts >= $6
 		THEN 'attempt ' || o.attempts || ' of ' || $6::int || ' was never settled (its relay died or lost the database while holding the claim); last error: ' || coalesce(o.last_error, 'none')
@@ -87,7 +91,7 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	token := uuid.New()
 	out := claimed{at: now.UnixMilli()}
 	rows, err := r.pool.Query(ctx, claimSQL,
-		now.UnixMilli(), now.Add(r.cfg.Lease).UnixMilli(), now.Add(2*r.cfg.Lease).UnixMilli(),
+		now.UnixMilli(), now.Add(r.cfg.Lease).UnixMilli(), r.cfg.Lease.Milliseconds(),
 		limit, floor, r.cfg.MaxAttempts, token)
 	if err != nil {
 		return out, fmt.Errorf("outbox: claim: %w", err)
