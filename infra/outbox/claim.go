@@ -171,7 +171,9 @@ func (r *Relay) unhold(id, token uuid.UUID) {
 // delayed by a retry, locked by another relay), or committed by a transaction
 // longer than floorSlack. Every sweepInterval the floor drops to 0 and the next
 // claims walk up from the bottom again, so such a row waits at most one sweep
-// interval (plus the walk) longer than it would have without the floor.
+// interval (plus the walk) longer than it would have without the floor. A
+// requeued row (an old created_at made claimable) is announced by its
+// requeue's notification, which drops the floor to it at once (lower).
 type scanFloor struct {
 	ms        int64
 	lastSweep time.Time
@@ -186,6 +188,9 @@ func (f *scanFloor) next(now time.Time) int64 {
 	}
 	return f.ms
 }
+
+// lower drops the floor to ms: rows were made claimable there (a requeue).
+func (f *scanFloor) lower(ms int64) { f.ms = min(f.ms, ms) }
 
 // advance raises the floor after a claim that asked for limit rows.
 func (f *scanFloor) advance(c claimed, limit int) {

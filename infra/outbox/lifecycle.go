@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,6 +40,10 @@ type Relay struct {
 	broadcast chan struct{} // size 1: a Nudge to pass on to the other relays
 	freed     chan struct{} // size 1: a slot was freed
 	queue     chan job      // claimed rows for the workers
+
+	// lowest is the lowest created_at a requeue named since the loop last
+	// looked (noFloor when none): the loop's floor drops to it.
+	lowest atomic.Int64
 
 	mu       sync.Mutex
 	started  bool
@@ -94,6 +100,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		runCtx:     runCtx,
 		abandon:    abandon,
 	}
+	r.lowest.Store(noFloor)
 	r.settler = newSettler(r)
 	if limit := cfg.Lease - LeaseMargin(cfg.Lease); cfg.HandlerTimeout > limit {
 		// Accepted (the contract's rule holds), but not as asked: the settle
@@ -210,6 +217,21 @@ func (r *Relay) Nudge() {
 	}
 }
 
+// noFloor is the value of Relay.lowest when no requeue is waiting.
+const noFloor = math.MaxInt64
+
+// lowerFloor makes the loop's next claim scan from ms up (rows requeued there)
+// and wakes it.
+func (r *Relay) lowerFloor(ms int64) {
+	for {
+		cur := r.lowest.Load()
+		if ms >= cur || r.lowest.CompareAndSwap(cur, ms) {
+			break
+		}
+	}
+	r.wake()
+}
+
 // wake wakes this relay only.
 func (r *Relay) wake() { signal(r.nudge) }
 
@@ -260,6 +282,9 @@ func (r *Relay) loop() {
 		default:
 		}
 		limit := min(r.free(), r.cfg.ClaimSize)
+		if ms := r.lowest.Swap(noFloor); ms != noFloor {
+			floor.lower(ms)
+		}
 		got, err := r.tick(limit, floor.next(time.Now()))
 		more = false
 		switch {
