@@ -142,9 +142,10 @@ func (r *Relay) Start(context.Context) error {
 // abandons them, settles every outcome still waiting and releases every claim
 // it did not settle (fenced by the claim token) so another relay can take those
 // rows at once. Part of ctx's time (a fifth, at most 2s) is kept for the
-// release. Calling Stop again, or before Start, is harmless. It fails only when
-// a claim could not be settled or released; such a row is reclaimed when its
-// lease runs out.
+// release. It returns by ctx's deadline whatever the database does (down,
+// or unreachable with its packets dropped). Calling Stop again, or before
+// Start, is harmless. It fails only when a claim could not be settled or
+// released; such a row is reclaimed when its lease runs out, never lost.
 func (r *Relay) Stop(ctx context.Context) error {
 	first := false
 	r.stopOnce.Do(func() { close(r.stopping); first = true })
@@ -182,7 +183,10 @@ func (r *Relay) Stop(ctx context.Context) error {
 		}
 	}
 	r.abandon()
-	<-r.listenDone
+	select {
+	case <-r.listenDone:
+	case <-ctx.Done(): // its connection's goodbye is not worth the deadline
+	}
 	select {
 	case <-r.done:
 		close(r.queue) // the loop was its only sender; idle workers exit
@@ -369,7 +373,9 @@ func (r *Relay) RunOnce(ctx context.Context) (claimed int, err error) {
 		return 0, r.settler.flushAll(ctx)
 	}
 	if err := r.afterClaim(got.jobs); err != nil {
-		r.settler.flushAll(context.WithoutCancel(ctx)) //nolint:errcheck // the rows are released at Stop or by their lease
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		r.settler.flushAll(flushCtx) //nolint:errcheck // the rows are released at Stop or by their lease
 		return len(got.jobs), err
 	}
 	outcomes := make(chan outcome, len(got.jobs))

@@ -19,9 +19,10 @@ const (
 	// maxPending outcomes waiting (the database slow or away) make the
 	// workers wait before handing over more, so memory stays bounded.
 	maxPending = 10 * maxFlush
-	// settleTimeout bounds one flush. It runs on a context of its own, not the
-	// dispatch's: a dispatch that finished must be recorded even while the
-	// relay is being stopped, or it would be delivered again.
+	// settleTimeout bounds one flush. A background flush runs on a context of
+	// its own, not the dispatch's: a dispatch that finished must be recorded
+	// even while the relay is being stopped, or it would be delivered again.
+	// Only the stop's deadline cuts it short (see close).
 	settleTimeout = 5 * time.Second
 	// flushRetry is the first wait after a failed flush; it doubles up to
 	// flushRetryMax.
@@ -82,15 +83,24 @@ type settler struct {
 	full chan struct{} // size 1: flushBatch are waiting
 	stop chan struct{}
 	done chan struct{}
+
+	// runCtx is the background flushes' context: ended only when the stop's
+	// deadline passes, so a flush hung on an unreachable database cannot hold
+	// Stop past it.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
 }
 
 func newSettler(r *Relay) *settler {
+	runCtx, cancelRun := context.WithCancel(context.Background())
 	s := &settler{
-		r:    r,
-		wake: make(chan struct{}, 1),
-		full: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		r:         r,
+		wake:      make(chan struct{}, 1),
+		full:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		runCtx:    runCtx,
+		cancelRun: cancelRun,
 	}
 	s.room = sync.NewCond(&s.mu)
 	return s
@@ -213,7 +223,7 @@ func (s *settler) run() {
 			t.Stop()
 		}
 		for {
-			n, err := s.flush(context.Background())
+			n, err := s.flush(s.runCtx)
 			if err != nil {
 				failures++
 				wait := failBackoff(failures, flushRetry, flushRetryMax)
@@ -274,8 +284,9 @@ func (s *settler) flush(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// exec runs one settle statement, bounded by settleTimeout and by ctx.
 func (s *settler) exec(ctx context.Context, batch []outcome) (map[uuid.UUID]struct{}, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	ids := make([]uuid.UUID, len(batch))
 	tokens := make([]uuid.UUID, len(batch))
@@ -329,20 +340,30 @@ func (s *settler) flushAll(ctx context.Context) error {
 }
 
 // close stops the background flushes, releases every held row that has no
-// outcome waiting, and flushes everything. If the outcomes cannot be settled
-// within half of ctx's time (a row the database refuses to settle fails its
-// whole batch), the rest of the time goes to releasing those rows instead: a
-// lost outcome is only a redelivery, a row left leased waits for its lease.
-// It fails when some row could be neither settled nor released: those are
-// reclaimed when their lease ends.
+// outcome waiting, and flushes everything, all by ctx's deadline (10s without
+// one), whatever the database does: a flush in flight, the background one
+// included, is cut off there. If the outcomes cannot be settled within half of
+// ctx's time (a row the database refuses to settle fails its whole batch), the
+// rest of the time goes to releasing those rows instead: a lost outcome is only
+// a redelivery, a row left leased waits for its lease. It fails when some row
+// could be neither settled nor released: those are reclaimed when their lease
+// ends, never lost.
 func (s *settler) close(ctx context.Context, started bool) error {
+	defer s.cancelRun()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*settleTimeout)
+		defer cancel()
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.room.Broadcast()
 	s.mu.Unlock()
 	if started {
+		unhook := context.AfterFunc(ctx, s.cancelRun)
 		close(s.stop)
 		<-s.done
+		unhook()
 	}
 	s.mu.Lock()
 	waiting := make(map[uuid.UUID]uuid.UUID, len(s.pending))
@@ -360,15 +381,10 @@ func (s *settler) close(ctx context.Context, started bool) error {
 	s.r.mu.Unlock()
 	s.add(releases...)
 
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 2*settleTimeout)
-		defer cancel()
-	}
 	settleCtx, cancel := context.WithTimeout(ctx, halfOf(ctx, settleTimeout))
 	err := s.flushAll(settleCtx)
 	cancel()
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		s.mu.Lock()
 		unsettled := len(s.pending)
 		for i, o := range s.pending {
@@ -383,7 +399,7 @@ func (s *settler) close(ctx context.Context, started bool) error {
 		s.r.logger.Info("outbox relay released unsettled claims", "rows", len(releases), "failed", err != nil)
 	}
 	if err != nil {
-		return fmt.Errorf("outbox: stop: %w", err)
+		return fmt.Errorf("outbox: stop: %w; the rows not settled or released are reclaimed when their lease ends", err)
 	}
 	return nil
 }
