@@ -35,6 +35,8 @@ type Relay struct {
 	logger  *slog.Logger
 	now     func() time.Time
 	settler *settler
+	// attempts logs failed delivery attempts, rate-limited.
+	attempts *attemptLog
 
 	nudge     chan struct{} // size 1: a pending wake-up is never lost and Nudge never blocks
 	broadcast chan struct{} // size 1: a Nudge to pass on to the other relays
@@ -100,6 +102,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		runCtx:     runCtx,
 		abandon:    abandon,
 	}
+	r.attempts = &attemptLog{logger: r.logger}
 	r.lowest.Store(noFloor)
 	r.settler = newSettler(r)
 	if limit := cfg.Lease - LeaseMargin(cfg.Lease); cfg.HandlerTimeout > limit {
@@ -155,6 +158,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	if !first {
 		return nil
 	}
+	defer r.attempts.flush() // the count of the last window, before Stop returns
 	if !started {
 		r.abandon()
 		return r.settler.close(ctx, false)

@@ -435,7 +435,7 @@ func (r *Relay) recordSettled(batch []outcome, settled map[uuid.UUID]struct{}) {
 				"id", o.ID, "tag", o.Tag, "attempts", o.Attempt, "permanent", IsPermanent(o.cause), "err", o.cause)
 		case kindRetry:
 			retriedTotal.WithLabelValues(o.Tag).Inc()
-			r.logger.Debug("outbox row will be retried", "id", o.ID, "tag", o.Tag, "attempt", o.Attempt, "err", o.cause)
+			r.attempts.failed(o, time.UnixMilli(o.at))
 		}
 	}
 }
