@@ -9,8 +9,11 @@ import (
 )
 
 const (
-	// claimTimeout bounds the claim statement. The claim is never cancelled by Stop:
-	// a claim cut off after its commit would leave rows leased that nobody knows of.
+	// claimTimeout bounds the claim statement. Stop does not cancel a claim
+	// (one cut off after its commit would leave rows leased that nobody knows
+	// of, waiting for their lease) until it must: when Stop returns or its
+	// deadline passes, a claim still waiting then is cut off rather than hold
+	// a connection of the pool, which is closed next, for up to claimTimeout.
 	claimTimeout = 15 * time.Second
 	// floorSlack is how far below what it has already scanned the background
 	// loop's claim starts: an append whose transaction took up to this long (or
@@ -86,6 +89,7 @@ type claimed struct {
 func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	defer context.AfterFunc(r.claimsCut, cancel)()
 	start := time.Now()
 	now := r.now()
 	token := uuid.New()

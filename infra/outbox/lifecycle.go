@@ -59,6 +59,10 @@ type Relay struct {
 	listenDone chan struct{}   // closed when the listener has returned
 	runCtx     context.Context // parent of every dispatch the loop makes
 	abandon    context.CancelFunc
+	// claimsCut ends when Stop returns or its deadline passes: a claim still
+	// waiting for the database then is cut off (see claim).
+	claimsCut context.Context
+	cutClaims context.CancelFunc
 }
 
 // NewRelay returns a relay over pool that dispatches to subs. It fails when cfg is
@@ -85,6 +89,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		now = time.Now
 	}
 	runCtx, abandon := context.WithCancel(context.Background())
+	claimsCut, cutClaims := context.WithCancel(context.Background())
 	r := &Relay{
 		pool:       pool,
 		cfg:        cfg,
@@ -101,6 +106,8 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		listenDone: make(chan struct{}),
 		runCtx:     runCtx,
 		abandon:    abandon,
+		claimsCut:  claimsCut,
+		cutClaims:  cutClaims,
 	}
 	r.attempts = &attemptLog{logger: r.logger}
 	r.lowest.Store(noFloor)
@@ -159,6 +166,8 @@ func (r *Relay) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer r.attempts.flush() // the count of the last window, before Stop returns
+	defer r.cutClaims()
+	defer context.AfterFunc(ctx, r.cutClaims)()
 	if !started {
 		r.abandon()
 		return r.settler.close(ctx, false)

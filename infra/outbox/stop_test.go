@@ -42,6 +42,11 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 
 	hole.Drop()
 	close(finish) // the settler's flush of these outcomes now hangs
+	r.Nudge()     // and so does a claim for the free slots
+	require.Eventually(t, func() bool {
+		st := pool.Stat()
+		return st.AcquiredConns()+st.ConstructingConns() >= 2
+	}, 5*time.Second, time.Millisecond, "a flush and a claim wait for the database")
 	const budget = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -50,6 +55,13 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	took := time.Since(start)
 	require.Error(t, err, "nothing could be settled or released")
 	require.Less(t, took, budget+250*time.Millisecond, "Stop returns by its deadline; took %s", took)
+	// The pool closes next: the claim that was waiting must not hold one of
+	// its connections for its own timeout (15s).
+	select {
+	case <-r.LoopDone():
+	case <-time.After(time.Second):
+		t.Fatal("the claim loop still waits for the database after Stop returned")
+	}
 
 	// Left to their lease, never lost: still pending and claimed, and another
 	// relay takes them once the lease has run out.
