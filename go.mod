@@ -31,6 +31,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/mod v0.43.0
 	google.golang.org/protobuf v1.36.12
+	pgregory.net/rapid v1.2.0
 )
 
 require (

@@ -149,6 +149,12 @@ const (
 	MaxApplyGroup        = 1000
 )
 
+// MinLease is OUTBOX_LEASE's least value. The relay keeps a fifth of every
+// lease for recording each row's outcome; below 200ms a settle on a busy
+// database may land after the lease, the row is claimed again and its attempts
+// are spent on claims whose outcome was fenced off.
+const MinLease = time.Second
+
 // LoadLabeling reads the labeling configuration.
 func LoadLabeling(lookup Lookup) (Labeling, error) {
 	r := reader{lookup: lookup}
@@ -187,6 +193,10 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 	}
 	if r.err == nil && c.RetryMax < c.RetryBase {
 		r.fail("OUTBOX_RETRY_MAX", "%s is less than OUTBOX_RETRY_BASE (%s)", c.RetryMax, c.RetryBase)
+	}
+	if r.err == nil && c.Lease < MinLease {
+		r.fail("OUTBOX_LEASE", "%s is less than the minimum of %s (a fifth of the lease is kept for recording each outcome)",
+			c.Lease, MinLease)
 	}
 	// By division, never multiplication: claim size × timeout can overflow a
 	// Duration and pass as a small or negative number.

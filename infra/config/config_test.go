@@ -95,6 +95,7 @@ func TestLoadLabeling(t *testing.T) {
 		{"zero claim size", "OUTBOX_CLAIM_SIZE", "0"},
 		{"non-numeric attempts", "OUTBOX_MAX_ATTEMPTS", "ten"},
 		{"lease shorter than claim x timeout", "OUTBOX_LEASE", "4m"},
+		{"a lease under a second", "OUTBOX_LEASE", "999ms"},
 		{"retry max under base", "OUTBOX_RETRY_MAX", "1s"},
 		{"bad retention", "OUTBOX_PROCESSED_RETENTION", "a week"},
 		{"non-boolean notify", "OUTBOX_NOTIFY", "maybe"},
@@ -119,6 +120,7 @@ func TestLoadLabeling(t *testing.T) {
 	says := map[string]string{
 		"OUTBOX_CLAIM_SIZE=1001":      "maximum of 1000",
 		"OUTBOX_MAX_ATTEMPTS=1000000": "maximum",
+		"OUTBOX_LEASE=999ms":          "minimum of 1s",
 	}
 	for _, tc := range bad {
 		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {

@@ -44,36 +44,56 @@ func Failed(ctx context.Context, pool *pgxpool.Pool) ([]FailedRow, error) {
 	return out, nil
 }
 
-// Requeue makes the failed rows among ids pending again, available now, with their
-// attempts reset to 0 and no claim token (so no earlier claim can settle them). It returns how many rows it changed. Ids of rows that are
-// pending, processed or absent are left alone: requeueing never delivers a
-// processed fact again.
+// Requeue makes the failed rows among ids pending again, available now, with
+// their attempts reset to 0 and no claim token (so no earlier claim can settle
+// them). It returns how many rows it changed. Ids of rows that are pending,
+// processed or absent are left alone: requeueing never delivers a processed
+// fact again. At its commit every relay that listens (Config.Notify) is told to
+// look below its scan floor, where a requeued row lies (its created_at, the
+// event's time, is kept), so a running relay claims the rows at once rather
+// than at its next sweep.
 func Requeue(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := pool.Exec(ctx, `
-		UPDATE outbox_events
-		SET failed_at = NULL, attempts = 0, available_at = $2, claimed_until = NULL, claim_token = NULL
-		WHERE id = ANY($1) AND failed_at IS NOT NULL`,
-		ids, time.Now().UnixMilli())
+	n, err := requeue(ctx, pool, `id = ANY($2) AND failed_at IS NOT NULL`, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: requeue: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // RequeueAllFailed is Requeue for every failed row.
 func RequeueAllFailed(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	tag, err := pool.Exec(ctx, `
-		UPDATE outbox_events
-		SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL, claim_token = NULL
-		WHERE failed_at IS NOT NULL`,
-		time.Now().UnixMilli())
+	n, err := requeue(ctx, pool, `failed_at IS NOT NULL`)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: requeue all failed: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
+}
+
+// requeue requeues the rows matching where ($1 is now, args follow) and, in
+// the same transaction, notifies the relays of the lowest created_at among
+// them (delivered at the commit, never for a rolled-back requeue).
+func requeue(ctx context.Context, pool *pgxpool.Pool, where string, args ...any) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var lowest *int64
+		err := tx.QueryRow(ctx, `
+			WITH u AS (
+				UPDATE outbox_events
+				SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL, claim_token = NULL
+				WHERE `+where+`
+				RETURNING created_at)
+			SELECT count(*), min(created_at) FROM u`,
+			append([]any{time.Now().UnixMilli()}, args...)...).Scan(&n, &lowest)
+		if err != nil || lowest == nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, requeuedPayload(*lowest))
+		return err
+	})
+	return n, err
 }
 
 // Delete deletes the rows named by ids if every one is failed or processed; if any

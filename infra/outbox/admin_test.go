@@ -1,6 +1,9 @@
 package outbox_test
 
 import (
+	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,4 +132,46 @@ func TestDelete(t *testing.T) {
 		require.Zero(t, n)
 		require.Len(t, allRows(t, a.pool), 3)
 	})
+}
+
+func TestRequeueReachesRunningRelays(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	clk := newClock()
+	clk.Add(time.Second) // ahead of the appends, which use the real clock
+	cfg := testConfig()
+	// The poll and the sweep (30s) are far off: only the requeue itself can
+	// bring a running relay to the row in time.
+	cfg.PollInterval, cfg.Notify, cfg.Now = 10*time.Second, true, clk.Now
+	var seen sync.Map
+	r := newRelay(t, db.Pool, cfg, handle(func(_ context.Context, m outbox.Message) error {
+		if _, again := seen.LoadOrStore(m.ID, true); !again {
+			return outbox.Permanent(errors.New("refused the first time"))
+		}
+		return nil
+	}))
+	require.NoError(t, r.Start(ctxT(t)))
+	failed := appendEvents(t, db.Pool, thing{N: 1})[0]
+	r.Nudge()
+	require.Eventually(t, func() bool { return getRow(t, db.Pool, failed).FailedAt != nil },
+		10*time.Second, 10*time.Millisecond)
+
+	// A later claim lifts the relay's scan floor above the failed row.
+	clk.Add(10 * time.Second)
+	later := appendEvents(t, db.Pool, thing{N: 2})[0]
+	r.Nudge()
+	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).FailedAt != nil },
+		10*time.Second, 10*time.Millisecond)
+
+	n, err := outbox.Requeue(ctxT(t), db.Pool, []uuid.UUID{failed})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Eventually(t, func() bool { return getRow(t, db.Pool, failed).ProcessedAt != nil },
+		3*time.Second, 10*time.Millisecond, "a running relay delivers a requeued row at once, not at its sweep")
+
+	n, err = outbox.RequeueAllFailed(ctxT(t), db.Pool)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).ProcessedAt != nil },
+		3*time.Second, 10*time.Millisecond, "so does one requeued with --all-failed")
 }

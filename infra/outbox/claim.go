@@ -9,8 +9,11 @@ import (
 )
 
 const (
-	// claimTimeout bounds the claim statement. The claim is never cancelled by Stop:
-	// a claim cut off after its commit would leave rows leased that nobody knows of.
+	// claimTimeout bounds the claim statement. Stop does not cancel a claim
+	// (one cut off after its commit would leave rows leased that nobody knows
+	// of, waiting for their lease) until it must: when Stop returns or its
+	// deadline passes, a claim still waiting then is cut off rather than hold
+	// a connection of the pool, which is closed next, for up to claimTimeout.
 	claimTimeout = 15 * time.Second
 	// floorSlack is how far below what it has already scanned the background
 	// loop's claim starts: an append whose transaction took up to this long (or
@@ -22,8 +25,11 @@ const (
 // partial index outbox_events_pending_idx (pending rows by created_at) from the
 // floor $5 up, so it costs the same however many settled rows the table holds,
 // vacuumed or not, as long as they lie below the floor. A claim is reclaimable
-// when its lease expired, or when it lies more than twice the lease in the
-// future (a clock that ran ahead). SKIP LOCKED lets relays claim side by side.
+// when its lease expired, or when it lies more than twice its own lease (the
+// claim_lease its claimer wrote) in the future: its claimer's clock ran ahead.
+// Never by the reader's lease: a replica with a shorter one would take the live
+// claims of a replica with a longer one. SKIP LOCKED lets relays claim side by
+// side.
 //
 // A row whose attempts are used up ($6) was claimed that many times and never
 // settled the last time (its relay died or lost the database): it is
@@ -31,14 +37,14 @@ const (
 // that kills every process that takes it stops after MaxAttempts claims. Every
 // other row gets the claim's token $7 and one more attempt.
 //
-// $1 now, $2 now + lease, $3 now + 2 × lease, $4 limit, $5 floor (created_at),
-// $6 max attempts, $7 claim token; epoch ms.
+// $1 now, $2 now + lease, $3 lease, $4 limit, $5 floor (created_at),
+// $6 max attempts, $7 claim token; epoch ms and ms.
 const claimSQL = `
 WITH picked AS (
 	SELECT id FROM outbox_events
 	WHERE processed_at IS NULL AND failed_at IS NULL
 		AND created_at >= $5::bigint AND available_at <= $1::bigint
-		AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $3::bigint)
+		AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $1::bigint + 2 * claim_lease)
 	ORDER BY created_at
 	LIMIT $4::int
 	FOR UPDATE SKIP LOCKED
@@ -47,6 +53,7 @@ UPDATE outbox_events o SET
 	attempts      = CASE WHEN o.attempts >= $6::int THEN o.attempts ELSE o.attempts + 1 END,
 	claimed_until = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $2::bigint END,
 	claim_token   = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $7::uuid END,
+	claim_lease   = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $3::bigint END,
 	failed_at     = CASE WHEN o.attempts >= $6::int THEN $1::bigint END,
 	last_error    = CASE WHEN o.attempts >= $6
 		THEN 'attempt ' || o.attempts || ' of ' || $6::int || ' was never settled (its relay died or lost the database while holding the claim); last error: ' || coalesce(o.last_error, 'none')
@@ -82,12 +89,13 @@ type claimed struct {
 func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	defer context.AfterFunc(r.claimsCut, cancel)()
 	start := time.Now()
 	now := r.now()
 	token := uuid.New()
 	out := claimed{at: now.UnixMilli()}
 	rows, err := r.pool.Query(ctx, claimSQL,
-		now.UnixMilli(), now.Add(r.cfg.Lease).UnixMilli(), now.Add(2*r.cfg.Lease).UnixMilli(),
+		now.UnixMilli(), now.Add(r.cfg.Lease).UnixMilli(), r.cfg.Lease.Milliseconds(),
 		limit, floor, r.cfg.MaxAttempts, token)
 	if err != nil {
 		return out, fmt.Errorf("outbox: claim: %w", err)
@@ -167,7 +175,9 @@ func (r *Relay) unhold(id, token uuid.UUID) {
 // delayed by a retry, locked by another relay), or committed by a transaction
 // longer than floorSlack. Every sweepInterval the floor drops to 0 and the next
 // claims walk up from the bottom again, so such a row waits at most one sweep
-// interval (plus the walk) longer than it would have without the floor.
+// interval (plus the walk) longer than it would have without the floor. A
+// requeued row (an old created_at made claimable) is announced by its
+// requeue's notification, which drops the floor to it at once (lower).
 type scanFloor struct {
 	ms        int64
 	lastSweep time.Time
@@ -182,6 +192,9 @@ func (f *scanFloor) next(now time.Time) int64 {
 	}
 	return f.ms
 }
+
+// lower drops the floor to ms: rows were made claimable there (a requeue).
+func (f *scanFloor) lower(ms int64) { f.ms = min(f.ms, ms) }
 
 // advance raises the floor after a claim that asked for limit rows.
 func (f *scanFloor) advance(c claimed, limit int) {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,11 +35,17 @@ type Relay struct {
 	logger  *slog.Logger
 	now     func() time.Time
 	settler *settler
+	// attempts logs failed delivery attempts, rate-limited.
+	attempts *attemptLog
 
 	nudge     chan struct{} // size 1: a pending wake-up is never lost and Nudge never blocks
 	broadcast chan struct{} // size 1: a Nudge to pass on to the other relays
 	freed     chan struct{} // size 1: a slot was freed
 	queue     chan job      // claimed rows for the workers
+
+	// lowest is the lowest created_at a requeue named since the loop last
+	// looked (noFloor when none): the loop's floor drops to it.
+	lowest atomic.Int64
 
 	mu       sync.Mutex
 	started  bool
@@ -51,6 +59,10 @@ type Relay struct {
 	listenDone chan struct{}   // closed when the listener has returned
 	runCtx     context.Context // parent of every dispatch the loop makes
 	abandon    context.CancelFunc
+	// claimsCut ends when Stop returns or its deadline passes: a claim still
+	// waiting for the database then is cut off (see claim).
+	claimsCut context.Context
+	cutClaims context.CancelFunc
 }
 
 // NewRelay returns a relay over pool that dispatches to subs. It fails when cfg is
@@ -77,6 +89,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		now = time.Now
 	}
 	runCtx, abandon := context.WithCancel(context.Background())
+	claimsCut, cutClaims := context.WithCancel(context.Background())
 	r := &Relay{
 		pool:       pool,
 		cfg:        cfg,
@@ -93,7 +106,11 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 		listenDone: make(chan struct{}),
 		runCtx:     runCtx,
 		abandon:    abandon,
+		claimsCut:  claimsCut,
+		cutClaims:  cutClaims,
 	}
+	r.attempts = &attemptLog{logger: r.logger}
+	r.lowest.Store(noFloor)
 	r.settler = newSettler(r)
 	if limit := cfg.Lease - LeaseMargin(cfg.Lease); cfg.HandlerTimeout > limit {
 		// Accepted (the contract's rule holds), but not as asked: the settle
@@ -135,9 +152,10 @@ func (r *Relay) Start(context.Context) error {
 // abandons them, settles every outcome still waiting and releases every claim
 // it did not settle (fenced by the claim token) so another relay can take those
 // rows at once. Part of ctx's time (a fifth, at most 2s) is kept for the
-// release. Calling Stop again, or before Start, is harmless. It fails only when
-// a claim could not be settled or released; such a row is reclaimed when its
-// lease runs out.
+// release. It returns by ctx's deadline whatever the database does (down,
+// or unreachable with its packets dropped). Calling Stop again, or before
+// Start, is harmless. It fails only when a claim could not be settled or
+// released; such a row is reclaimed when its lease runs out, never lost.
 func (r *Relay) Stop(ctx context.Context) error {
 	first := false
 	r.stopOnce.Do(func() { close(r.stopping); first = true })
@@ -147,6 +165,9 @@ func (r *Relay) Stop(ctx context.Context) error {
 	if !first {
 		return nil
 	}
+	defer r.attempts.flush() // the count of the last window, before Stop returns
+	defer r.cutClaims()
+	defer context.AfterFunc(ctx, r.cutClaims)()
 	if !started {
 		r.abandon()
 		return r.settler.close(ctx, false)
@@ -175,7 +196,10 @@ func (r *Relay) Stop(ctx context.Context) error {
 		}
 	}
 	r.abandon()
-	<-r.listenDone
+	select {
+	case <-r.listenDone:
+	case <-ctx.Done(): // its connection's goodbye is not worth the deadline
+	}
 	select {
 	case <-r.done:
 		close(r.queue) // the loop was its only sender; idle workers exit
@@ -210,6 +234,21 @@ func (r *Relay) Nudge() {
 	}
 }
 
+// noFloor is the value of Relay.lowest when no requeue is waiting.
+const noFloor = math.MaxInt64
+
+// lowerFloor makes the loop's next claim scan from ms up (rows requeued there)
+// and wakes it.
+func (r *Relay) lowerFloor(ms int64) {
+	for {
+		cur := r.lowest.Load()
+		if ms >= cur || r.lowest.CompareAndSwap(cur, ms) {
+			break
+		}
+	}
+	r.wake()
+}
+
 // wake wakes this relay only.
 func (r *Relay) wake() { signal(r.nudge) }
 
@@ -220,7 +259,8 @@ func (r *Relay) free() int {
 }
 
 // loop claims until Stop. After a claim that got all it asked for, it claims
-// again as soon as half a claim's worth of slots is free; after one that got less, it waits
+// again as soon as half a claim's worth of slots (or half the workers, if
+// fewer) is free; after one that got less, it waits
 // for the poll interval, a Nudge or a notification (and a free slot); after a
 // failed claim, for a wait that doubles from the poll interval up to its cap.
 func (r *Relay) loop() {
@@ -241,7 +281,10 @@ func (r *Relay) loop() {
 		}
 		need := 1
 		if more {
-			need = max(1, r.cfg.ClaimSize/2) // one claim per freed slot would be a statement per row
+			// One claim per freed slot would be a statement per row, so wait
+			// for half a claim; but never for more slots than there can ever
+			// be free at once (Workers < ClaimSize/2 would wait for ever).
+			need = max(1, min(r.cfg.ClaimSize, r.cfg.workers())/2)
 		}
 		for r.free() < need {
 			select {
@@ -256,6 +299,9 @@ func (r *Relay) loop() {
 		default:
 		}
 		limit := min(r.free(), r.cfg.ClaimSize)
+		if ms := r.lowest.Swap(noFloor); ms != noFloor {
+			floor.lower(ms)
+		}
 		got, err := r.tick(limit, floor.next(time.Now()))
 		more = false
 		switch {
@@ -340,7 +386,9 @@ func (r *Relay) RunOnce(ctx context.Context) (claimed int, err error) {
 		return 0, r.settler.flushAll(ctx)
 	}
 	if err := r.afterClaim(got.jobs); err != nil {
-		r.settler.flushAll(context.WithoutCancel(ctx)) //nolint:errcheck // the rows are released at Stop or by their lease
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		r.settler.flushAll(flushCtx) //nolint:errcheck // the rows are released at Stop or by their lease
 		return len(got.jobs), err
 	}
 	outcomes := make(chan outcome, len(got.jobs))

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,23 @@ import (
 // notifyChannel is the channel on which relays tell each other that rows were
 // appended.
 const notifyChannel = "outbox_events"
+
+// requeuedPrefix starts the payload of a requeue's notification; the lowest
+// created_at of the requeued rows (epoch ms) follows. An append's broadcast has
+// an empty payload.
+const requeuedPrefix = "requeued:"
+
+func requeuedPayload(lowest int64) string { return requeuedPrefix + strconv.FormatInt(lowest, 10) }
+
+// requeuedFloor is the created_at a requeue's notification names, if it is one.
+func requeuedFloor(payload string) (int64, bool) {
+	rest, ok := strings.CutPrefix(payload, requeuedPrefix)
+	if !ok {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(rest, 10, 64)
+	return ms, err == nil
+}
 
 const (
 	listenRetry    = 100 * time.Millisecond
@@ -126,6 +145,9 @@ func (r *Relay) listenOnce(ctx context.Context, failures *int) error {
 		stop()
 		switch {
 		case err == nil:
+			if ms, ok := requeuedFloor(n.Payload); ok {
+				r.lowerFloor(ms)
+			}
 			if n.PID != self {
 				r.wake()
 			}

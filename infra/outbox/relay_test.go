@@ -236,11 +236,14 @@ func TestRelayLease(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
 
+	// setup leaves the row claimed until claimedUntil by a claimer whose lease
+	// was cfg.Lease.
 	setup := func(t *testing.T, claimedUntil time.Time) (*outbox.Relay, *pgxpool.Pool, uuid.UUID) {
 		db := newDB(t)
 		r := newRelay(t, db.Pool, cfg, handle(ok))
 		id := appendEvents(t, db.Pool, thing{N: 1})[0]
-		exec(t, db.Pool, `UPDATE outbox_events SET claimed_until = $2, attempts = 1 WHERE id = $1`, id, claimedUntil.UnixMilli())
+		exec(t, db.Pool, `UPDATE outbox_events SET claimed_until = $2, claim_lease = $3, attempts = 1 WHERE id = $1`,
+			id, claimedUntil.UnixMilli(), cfg.Lease.Milliseconds())
 		return r, db.Pool, id
 	}
 
@@ -262,6 +265,15 @@ func TestRelayLease(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.NotNil(t, getRow(t, pool, id).ProcessedAt)
+	})
+
+	t.Run("a claim far ahead without its lease (an older relay's) waits for its expiry", func(t *testing.T) {
+		t.Parallel()
+		r, pool, id := setup(t, time.Now().Add(2*cfg.Lease+time.Minute))
+		exec(t, pool, `UPDATE outbox_events SET claim_lease = NULL WHERE id = $1`, id)
+		n, err := r.RunOnce(ctxT(t))
+		require.NoError(t, err)
+		require.Zero(t, n)
 	})
 
 	t.Run("a row under a live lease is not claimed", func(t *testing.T) {
@@ -671,4 +683,64 @@ func TestRelayFullBatch(t *testing.T) {
 	require.NoError(t, r.Start(ctxT(t)))
 	require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NOT NULL") == 23 },
 		10*time.Second, 10*time.Millisecond, "a full batch is followed by another claim at once, not a poll")
+}
+
+func TestRelayFewerWorkersThanHalfAClaim(t *testing.T) {
+	t.Parallel()
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d workers with claim size 10 deliver every row", workers), func(t *testing.T) {
+			t.Parallel()
+			db := newDB(t)
+			cfg := testConfig()
+			cfg.PollInterval, cfg.ClaimSize, cfg.Workers = time.Hour, 10, workers
+			r := newRelay(t, db.Pool, cfg, handle(ok))
+			appendEvents(t, db.Pool, things(150)...)
+			require.NoError(t, r.Start(ctxT(t)))
+			// The poll is an hour away: only the claim after a full claim can
+			// keep the relay going.
+			require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NOT NULL") == 150 },
+				20*time.Second, 20*time.Millisecond, "every row is delivered, however few the workers")
+		})
+	}
+}
+
+func TestRelayLeasesDiffer(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	long := testConfig()
+	long.Lease = 10 * time.Minute
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	a := newRelay(t, db.Pool, long, handle(func(ctx context.Context, _ outbox.Message) error {
+		calls.Add(1)
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	id := appendEvents(t, db.Pool, thing{N: 1})[0]
+	require.NoError(t, a.Start(ctxT(t)))
+	<-entered
+
+	// A replica started with a lease under half of a's (a rolling change of
+	// OUTBOX_LEASE) sees a's claim lie more than twice its own lease ahead.
+	short := testConfig()
+	short.Lease, short.ClaimSize = time.Minute, 1
+	b := newRelay(t, db.Pool, short, handle(func(context.Context, outbox.Message) error {
+		calls.Add(1)
+		return nil
+	}))
+	n, err := b.RunOnce(ctxT(t))
+	require.NoError(t, err)
+	require.Zero(t, n, "a live claim of another replica is never taken, whatever its lease")
+
+	close(release)
+	require.Eventually(t, func() bool { return getRow(t, db.Pool, id).ProcessedAt != nil },
+		10*time.Second, 10*time.Millisecond)
+	require.Equal(t, int32(1), calls.Load(), "dispatched once")
+	require.Equal(t, 1, getRow(t, db.Pool, id).Attempts)
 }

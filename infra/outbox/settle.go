@@ -19,9 +19,10 @@ const (
 	// maxPending outcomes waiting (the database slow or away) make the
 	// workers wait before handing over more, so memory stays bounded.
 	maxPending = 10 * maxFlush
-	// settleTimeout bounds one flush. It runs on a context of its own, not the
-	// dispatch's: a dispatch that finished must be recorded even while the
-	// relay is being stopped, or it would be delivered again.
+	// settleTimeout bounds one flush. A background flush runs on a context of
+	// its own, not the dispatch's: a dispatch that finished must be recorded
+	// even while the relay is being stopped, or it would be delivered again.
+	// Only the stop's deadline cuts it short (see close).
 	settleTimeout = 5 * time.Second
 	// flushRetry is the first wait after a failed flush; it doubles up to
 	// flushRetryMax.
@@ -82,15 +83,24 @@ type settler struct {
 	full chan struct{} // size 1: flushBatch are waiting
 	stop chan struct{}
 	done chan struct{}
+
+	// runCtx is the background flushes' context: ended only when the stop's
+	// deadline passes, so a flush hung on an unreachable database cannot hold
+	// Stop past it.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
 }
 
 func newSettler(r *Relay) *settler {
+	runCtx, cancelRun := context.WithCancel(context.Background())
 	s := &settler{
-		r:    r,
-		wake: make(chan struct{}, 1),
-		full: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		r:         r,
+		wake:      make(chan struct{}, 1),
+		full:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		runCtx:    runCtx,
+		cancelRun: cancelRun,
 	}
 	s.room = sync.NewCond(&s.mu)
 	return s
@@ -111,6 +121,12 @@ func (s *settler) add(os ...outcome) {
 		s.room.Wait()
 	}
 	wasEmpty := len(s.pending) == 0
+	if s.closed {
+		// Only while closing can one claim have two outcomes: close releases
+		// every held row it saw no outcome for, and a worker may hand over the
+		// row's real outcome just before or after that.
+		os = s.supersede(os)
+	}
 	s.pending = append(s.pending, os...)
 	n := len(s.pending)
 	s.mu.Unlock()
@@ -120,6 +136,68 @@ func (s *settler) add(os ...outcome) {
 	if n >= flushBatch {
 		signal(s.full)
 	}
+}
+
+// claimKey names one claim of one row: the unit that carries one outcome.
+type claimKey struct{ id, token uuid.UUID }
+
+// supersede keeps one outcome per claim across what is waiting and os, the
+// real outcome (processed, retry, failed) winning over a release: a release
+// waiting for a claim whose real outcome arrives is dropped, and a release for
+// a claim that already has an outcome waiting is not added. It returns what of
+// os is left to add. Called with s.mu held.
+func (s *settler) supersede(os []outcome) []outcome {
+	waiting := make(map[claimKey]int, len(s.pending))
+	for i, o := range s.pending {
+		waiting[claimKey{o.ID, o.token}] = i
+	}
+	keep := os[:0:0]
+	for _, o := range os {
+		k := claimKey{o.ID, o.token}
+		i, ok := waiting[k]
+		switch {
+		case !ok:
+		case o.kind == kindRelease:
+			continue
+		case s.pending[i].kind == kindRelease:
+			s.pending[i] = o
+			continue
+		}
+		waiting[k] = len(s.pending) + len(keep)
+		keep = append(keep, o)
+	}
+	return keep
+}
+
+// dedupe leaves one outcome per claim in batch, the real outcome winning over
+// a release: one UPDATE ... FROM unnest that joins a row twice applies either
+// of the two, so a delivered row could be released and delivered again. Only a
+// batch that holds a release can have two; any other costs one pass.
+func dedupe(batch []outcome) []outcome {
+	releases := false
+	for _, o := range batch {
+		if o.kind == kindRelease {
+			releases = true
+			break
+		}
+	}
+	if !releases {
+		return batch
+	}
+	at := make(map[claimKey]int, len(batch))
+	out := batch[:0]
+	for _, o := range batch {
+		k := claimKey{o.ID, o.token}
+		if i, ok := at[k]; ok {
+			if out[i].kind == kindRelease {
+				out[i] = o
+			}
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, o)
+	}
+	return out
 }
 
 // run flushes in the background until stop.
@@ -145,7 +223,7 @@ func (s *settler) run() {
 			t.Stop()
 		}
 		for {
-			n, err := s.flush(context.Background())
+			n, err := s.flush(s.runCtx)
 			if err != nil {
 				failures++
 				wait := failBackoff(failures, flushRetry, flushRetryMax)
@@ -194,6 +272,7 @@ func (s *settler) flush(ctx context.Context) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	batch = dedupe(batch)
 	settled, err := s.exec(ctx, batch)
 	if err != nil {
 		s.mu.Lock()
@@ -205,8 +284,9 @@ func (s *settler) flush(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// exec runs one settle statement, bounded by settleTimeout and by ctx.
 func (s *settler) exec(ctx context.Context, batch []outcome) (map[uuid.UUID]struct{}, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	ids := make([]uuid.UUID, len(batch))
 	tokens := make([]uuid.UUID, len(batch))
@@ -260,20 +340,30 @@ func (s *settler) flushAll(ctx context.Context) error {
 }
 
 // close stops the background flushes, releases every held row that has no
-// outcome waiting, and flushes everything. If the outcomes cannot be settled
-// within half of ctx's time (a row the database refuses to settle fails its
-// whole batch), the rest of the time goes to releasing those rows instead: a
-// lost outcome is only a redelivery, a row left leased waits for its lease.
-// It fails when some row could be neither settled nor released: those are
-// reclaimed when their lease ends.
+// outcome waiting, and flushes everything, all by ctx's deadline (10s without
+// one), whatever the database does: a flush in flight, the background one
+// included, is cut off there. If the outcomes cannot be settled within half of
+// ctx's time (a row the database refuses to settle fails its whole batch), the
+// rest of the time goes to releasing those rows instead: a lost outcome is only
+// a redelivery, a row left leased waits for its lease. It fails when some row
+// could be neither settled nor released: those are reclaimed when their lease
+// ends, never lost.
 func (s *settler) close(ctx context.Context, started bool) error {
+	defer s.cancelRun()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*settleTimeout)
+		defer cancel()
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.room.Broadcast()
 	s.mu.Unlock()
 	if started {
+		unhook := context.AfterFunc(ctx, s.cancelRun)
 		close(s.stop)
 		<-s.done
+		unhook()
 	}
 	s.mu.Lock()
 	waiting := make(map[uuid.UUID]uuid.UUID, len(s.pending))
@@ -291,15 +381,10 @@ func (s *settler) close(ctx context.Context, started bool) error {
 	s.r.mu.Unlock()
 	s.add(releases...)
 
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 2*settleTimeout)
-		defer cancel()
-	}
 	settleCtx, cancel := context.WithTimeout(ctx, halfOf(ctx, settleTimeout))
 	err := s.flushAll(settleCtx)
 	cancel()
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		s.mu.Lock()
 		unsettled := len(s.pending)
 		for i, o := range s.pending {
@@ -314,7 +399,7 @@ func (s *settler) close(ctx context.Context, started bool) error {
 		s.r.logger.Info("outbox relay released unsettled claims", "rows", len(releases), "failed", err != nil)
 	}
 	if err != nil {
-		return fmt.Errorf("outbox: stop: %w", err)
+		return fmt.Errorf("outbox: stop: %w; the rows not settled or released are reclaimed when their lease ends", err)
 	}
 	return nil
 }
@@ -350,7 +435,7 @@ func (r *Relay) recordSettled(batch []outcome, settled map[uuid.UUID]struct{}) {
 				"id", o.ID, "tag", o.Tag, "attempts", o.Attempt, "permanent", IsPermanent(o.cause), "err", o.cause)
 		case kindRetry:
 			retriedTotal.WithLabelValues(o.Tag).Inc()
-			r.logger.Debug("outbox row will be retried", "id", o.ID, "tag", o.Tag, "attempt", o.Attempt, "err", o.cause)
+			r.attempts.failed(o, time.UnixMilli(o.at))
 		}
 	}
 }
