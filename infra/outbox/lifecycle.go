@@ -29,12 +29,13 @@ const stopReserve = 2 * time.Second
 // workers dispatch the rows, and a settler records their outcomes in batches,
 // one statement for many rows.
 type Relay struct {
-	pool    *pgxpool.Pool
-	cfg     Config
-	subs    map[string][]Handler
-	logger  *slog.Logger
-	now     func() time.Time
-	settler *settler
+	pool     *pgxpool.Pool
+	cfg      Config
+	claimSQL string // claimSQL(cfg.ClaimSize), one statement text per relay
+	subs     map[string][]Handler
+	logger   *slog.Logger
+	now      func() time.Time
+	settler  *settler
 	// attempts logs failed delivery attempts, rate-limited.
 	attempts *attemptLog
 
@@ -93,6 +94,7 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 	r := &Relay{
 		pool:       pool,
 		cfg:        cfg,
+		claimSQL:   claimSQL(cfg.ClaimSize),
 		subs:       byTag,
 		logger:     logger.With("component", "outbox.relay"),
 		now:        now,
