@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/acme/outboxpair/infra/config"
 )
 
 func TestMedian(t *testing.T) {
@@ -44,7 +46,7 @@ func TestMedian(t *testing.T) {
 	})
 }
 
-func TestPercentile(t *testing.T) {
+func TestLatencyOver(t *testing.T) {
 	t.Parallel()
 	ms := func(n ...int) []time.Duration {
 		var d []time.Duration
@@ -57,27 +59,75 @@ func TestPercentile(t *testing.T) {
 	for i := range hundred {
 		hundred[i] = i + 1
 	}
+	inf := math.Inf(1)
 	for _, tc := range []struct {
-		name   string
-		sorted []time.Duration
-		p      float64
-		want   time.Duration
+		name    string
+		sorted  []time.Duration
+		offered int
+		p       float64
+		want    float64
 	}{
-		{"p50 of 1..100 is 50 (nearest rank)", ms(hundred...), 50, 50 * time.Millisecond},
-		{"p99 of 1..100 is 99", ms(hundred...), 99, 99 * time.Millisecond},
-		{"p100 is the maximum", ms(hundred...), 100, 100 * time.Millisecond},
-		{"p99 of a few values is the largest", ms(1, 2, 3), 99, 3 * time.Millisecond},
-		{"p50 of two values is the lower", ms(1, 2), 50, 1 * time.Millisecond},
-		{"a tiny p is the minimum", ms(4, 5, 6), 0.001, 4 * time.Millisecond},
-		{"no values is 0", nil, 50, 0},
+		{"p50 of 1..100 all applied is 50 (nearest rank)", ms(hundred...), 100, 50, 50},
+		{"p99 of 1..100 all applied is 99", ms(hundred...), 100, 99, 99},
+		{"p100 is the maximum", ms(hundred...), 100, 100, 100},
+		{"p99 of a few values is the largest", ms(1, 2, 3), 3, 99, 3},
+		{"p50 of two values is the lower", ms(1, 2), 2, 50, 1},
+		{"a tiny p is the minimum", ms(4, 5, 6), 3, 0.001, 4},
+		{"one event of 100 never applied makes p100 +Inf", ms(hundred[:99]...), 100, 100, inf},
+		{"one event of 100 never applied leaves p99 measured", ms(hundred[:99]...), 100, 99, 99},
+		{"two of 100 never applied make p99 +Inf", ms(hundred[:98]...), 100, 99, inf},
+		{"half never applied: p50 is the last applied", ms(hundred[:50]...), 100, 50, 50},
+		{"more than half never applied: p50 is +Inf", ms(hundred[:49]...), 100, 50, inf},
+		{"nothing applied of some offered is +Inf", nil, 10, 50, inf},
+		{"fewer offered than applied counts the applied", ms(1, 2, 3, 4), 2, 100, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := percentile(tc.sorted, tc.p); got != tc.want {
-				t.Fatalf("percentile(p%v) = %v, want %v", tc.p, got, tc.want)
+			got := latencyOver(tc.sorted, tc.offered, tc.p)[0]
+			if got != tc.want {
+				t.Fatalf("latencyOver(p%v, %d applied of %d offered) = %v, want %v", tc.p, len(tc.sorted), tc.offered, got, tc.want)
 			}
 		})
 	}
+	t.Run("nothing offered is NaN", func(t *testing.T) {
+		t.Parallel()
+		if got := latencyOver(nil, 0, 50)[0]; !math.IsNaN(got) {
+			t.Fatalf("got %v, want NaN", got)
+		}
+	})
+}
+
+func TestUnapplied(t *testing.T) {
+	t.Parallel()
+	l := latency{applied: 90, gen: offered{total: 100, late: 4, failed: 2}}
+	if got := l.unapplied(); got != 10 {
+		t.Fatalf("unapplied = %d, want 10 (100 offered, 90 applied: skipped, failed and missing alike)", got)
+	}
+}
+
+func TestRateOf(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	t.Run("rows drained over the stamped interval", func(t *testing.T) {
+		t.Parallel()
+		got, err := rateOf(1000, 0, start, start.Add(500*time.Millisecond))
+		if err != nil || got != 2000 {
+			t.Fatalf("rateOf = %v, %v; want 2000", got, err)
+		}
+	})
+	t.Run("a cut-off drain counts only the rows drained", func(t *testing.T) {
+		t.Parallel()
+		got, err := rateOf(1000, 400, start, start.Add(time.Second))
+		if err != nil || got != 600 {
+			t.Fatalf("rateOf = %v, %v; want 600", got, err)
+		}
+	})
+	t.Run("an end stamped before the commit is an error", func(t *testing.T) {
+		t.Parallel()
+		if _, err := rateOf(1000, 0, start, start); err == nil {
+			t.Fatal("no error for an empty interval")
+		}
+	})
 }
 
 func TestRatio(t *testing.T) {
@@ -85,7 +135,10 @@ func TestRatio(t *testing.T) {
 	if got := ratio(3, 2); got != 1.5 {
 		t.Fatalf("ratio(3, 2) = %v", got)
 	}
-	for _, c := range [][2]float64{{1, 0}, {math.NaN(), 1}, {1, math.NaN()}} {
+	if got := ratio(math.Inf(1), 2); !math.IsInf(got, 1) {
+		t.Fatalf("ratio(+Inf, 2) = %v, want +Inf", got)
+	}
+	for _, c := range [][2]float64{{1, 0}, {math.NaN(), 1}, {1, math.NaN()}, {math.Inf(1), math.Inf(1)}} {
 		if got := ratio(c[0], c[1]); !math.IsNaN(got) {
 			t.Fatalf("ratio(%v, %v) = %v, want NaN", c[0], c[1], got)
 		}
@@ -95,7 +148,7 @@ func TestRatio(t *testing.T) {
 func TestFormatValue(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[float64]string{
-		12345.6: "12346", 123.45: "123.5", 1.234: "1.23", 0.01234: "0.012", 0: "0", 2278: "2278", math.NaN(): "-",
+		12345.6: "12346", 123.45: "123.5", 1.234: "1.23", 0.01234: "0.012", 0: "0", 2278: "2278", math.NaN(): "-", math.Inf(1): "inf",
 	} {
 		if got := formatValue(in); got != want {
 			t.Errorf("formatValue(%v) = %q, want %q", in, got, want)
@@ -115,9 +168,10 @@ func TestWriteTable(t *testing.T) {
 		{Figure: "drain", Unit: "rows/s", Project: "p", RefName: "river", Ref: "ref"},
 		{Figure: "no project figure", Unit: "rows/s", Project: "absent", RefName: "river", Ref: "ref"},
 		{Figure: "no reference figure", Unit: "rows/s", Project: "p", RefName: "nats", Ref: "absent"},
+		{Figure: "drain", Unit: "rows/s", Project: "p", RefName: "river defaults", Ref: "ref", Info: true},
 	})
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	if len(lines) != 4 {
+	if len(lines) != 5 {
 		t.Fatalf("want a header, a separator and 2 rows (the row without a project figure left out), got:\n%s", b.String())
 	}
 	cells := func(line string) []string {
@@ -133,6 +187,9 @@ func TestWriteTable(t *testing.T) {
 	if got, want := strings.Join(cells(lines[3]), ","), "no reference figure,rows/s,200,nats,-,-,3/0"; got != want {
 		t.Fatalf("row = %s, want %s", got, want)
 	}
+	if got, want := strings.Join(cells(lines[4]), ","), "drain,rows/s,200,river defaults,400,info,3/1"; got != want {
+		t.Fatalf("an information row shows its value but no ratio: row = %s, want %s", got, want)
+	}
 	for i, l := range lines {
 		if len([]rune(l)) != len([]rune(lines[0])) {
 			t.Fatalf("line %d is not padded to the header's width:\n%s", i, b.String())
@@ -142,36 +199,62 @@ func TestWriteTable(t *testing.T) {
 
 func TestRelayConfig(t *testing.T) {
 	t.Parallel()
-	t.Run("defaults are the contract's", func(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	t.Run("defaults are the binaries': OUTBOX_NOTIFY on and OUTBOX_WORKERS", func(t *testing.T) {
 		t.Parallel()
-		c, err := relayConfig("")
+		c, err := relayConfig(none, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.ClaimSize != 10 || c.PollInterval != time.Second || c.Lease != 5*time.Minute || c.MaxAttempts != 10 {
-			t.Fatalf("unexpected defaults: %+v", c)
+		if !c.Notify || c.Workers != config.DefaultWorkers || c.ClaimSize <= 0 || c.Lease <= 0 || c.MaxAttempts <= 0 {
+			t.Fatalf("not the binaries' defaults: %+v", c)
+		}
+	})
+	t.Run("the environment the binaries inherit sets the in-process relay too", func(t *testing.T) {
+		t.Parallel()
+		c, err := relayConfig(func(name string) (string, bool) {
+			switch name {
+			case "OUTBOX_NOTIFY":
+				return "false", true
+			case "OUTBOX_WORKERS":
+				return "7", true
+			}
+			return "", false
+		}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Notify || c.Workers != 7 {
+			t.Fatalf("environment not applied: %+v", c)
+		}
+	})
+	t.Run("a bad variable is an error naming it", func(t *testing.T) {
+		t.Parallel()
+		_, err := relayConfig(func(name string) (string, bool) { return "many", name == "OUTBOX_WORKERS" }, "")
+		if err == nil || !strings.Contains(err.Error(), "OUTBOX_WORKERS") {
+			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("fields are set by name", func(t *testing.T) {
 		t.Parallel()
-		c, err := relayConfig("ClaimSize=50, PollInterval=250ms")
+		c, err := relayConfig(none, "ClaimSize=5, PollInterval=250ms")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.ClaimSize != 50 || c.PollInterval != 250*time.Millisecond {
+		if c.ClaimSize != 5 || c.PollInterval != 250*time.Millisecond {
 			t.Fatalf("not applied: %+v", c)
 		}
 	})
 	t.Run("an unknown field is an error naming it", func(t *testing.T) {
 		t.Parallel()
-		_, err := relayConfig("NoSuchField=1")
+		_, err := relayConfig(none, "NoSuchField=1")
 		if err == nil || !strings.Contains(err.Error(), "NoSuchField") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("a bad value is an error", func(t *testing.T) {
 		t.Parallel()
-		if _, err := relayConfig("ClaimSize=ten"); err == nil {
+		if _, err := relayConfig(none, "ClaimSize=ten"); err == nil {
 			t.Fatal("no error")
 		}
 	})
