@@ -162,7 +162,8 @@ func asInt(v any) (int64, bool) {
 // them); 0 is the scan floor (RunOnce claims from the bottom), the variable
 // :floor; the capture's limit is {LIMIT}; the token (a UUID) is {TOKEN}; any
 // other integer is a constant, a pgbench variable :cN (a parameter, as the
-// relay sends it). vars are the \set lines for the constants.
+// relay sends it). vars are the \set lines for the constants. A claim whose
+// limit is not a parameter (written into its text) is left to pairScript.
 func claimParams(args []any, at int64, limit int) (exprs, vars []string, err error) {
 	now := int64(0)
 	for _, a := range args {
@@ -195,8 +196,8 @@ func claimParams(args []any, at int64, limit int) (exprs, vars []string, err err
 			exprs = append(exprs, ":"+name)
 		}
 	}
-	if !seenLimit || !seenToken {
-		return nil, nil, fmt.Errorf("claim parameters %v: no limit (%d) or no token among them", args, limit)
+	if !seenToken {
+		return nil, nil, fmt.Errorf("claim parameters %v: no UUID token among them", args)
 	}
 	return exprs, vars, nil
 }
@@ -306,6 +307,14 @@ func pairScript(p pairSQL, claimSize int, billingTxn string) (script string, uni
 	if err != nil {
 		return "", 0, fmt.Errorf("claim: %w", err)
 	}
+	if !strings.Contains(claim, "{LIMIT}") {
+		// A limit written into the statement stays a literal, as the relay writes it.
+		lit := regexp.MustCompile(`(?i)\bLIMIT\s+` + strconv.Itoa(p.limit) + `\b`)
+		if !lit.MatchString(claim) {
+			return "", 0, fmt.Errorf("claim: its limit (%d at capture) is neither a parameter nor a literal LIMIT", p.limit)
+		}
+		claim = lit.ReplaceAllString(claim, "LIMIT {LITERAL}")
+	}
 	sexprs, err := settleParams(p.settle.args, p.at)
 	if err != nil {
 		return "", 0, err
@@ -327,7 +336,7 @@ func pairScript(p pairSQL, claimSize int, billingTxn string) (script string, uni
 	for k, n := range claims {
 		sb.WriteString(fmt.Sprintf("\\set lim%d %d\n", k, n))
 		token := fmt.Sprintf("md5(:client_id::text || '.' || :u::text || '.%d')::uuid", k)
-		stmt := strings.NewReplacer("{TOKEN}", "("+token+")", "{LIMIT}", fmt.Sprintf(":lim%d", k)).Replace(claim)
+		stmt := strings.NewReplacer("{TOKEN}", "("+token+")", "{LIMIT}", fmt.Sprintf(":lim%d", k), "{LITERAL}", strconv.Itoa(n)).Replace(claim)
 		sb.WriteString(fmt.Sprintf("WITH c AS (%s) SELECT coalesce(array_agg(id), '{}')::text AS ids%d, array_fill(%s, ARRAY[count(*)::int])::text AS toks%d, coalesce(max(created_at), :floor::bigint) AS floor FROM c \\gset\n",
 			stmt, k, token, k))
 		ids = append(ids, fmt.Sprintf(":ids%d::uuid[]", k))
