@@ -126,8 +126,12 @@ func (b *bench) capturePairSQL(ctx context.Context) (pairSQL, error) {
 	}
 	defer stopRelay(relay) //nolint:errcheck // never started: nothing to settle
 	at := time.Now().UnixMilli()
-	if n, err := relay.RunOnce(ctx); err != nil || n != limit {
-		return pairSQL{}, fmt.Errorf("capture: RunOnce claimed %d of %d rows: %v", n, limit, err)
+	n, err := relay.RunOnce(ctx)
+	if err != nil {
+		return pairSQL{}, fmt.Errorf("capture: RunOnce: %w", err)
+	}
+	if n != limit {
+		return pairSQL{}, fmt.Errorf("capture: RunOnce claimed %d of %d rows", n, limit)
 	}
 	capture.mu.Lock()
 	defer capture.mu.Unlock()
@@ -334,11 +338,11 @@ func pairScript(p pairSQL, claimSize int, billingTxn string) (script string, uni
 	}
 	var ids, toks []string
 	for k, n := range claims {
-		sb.WriteString(fmt.Sprintf("\\set lim%d %d\n", k, n))
+		fmt.Fprintf(&sb, "\\set lim%d %d\n", k, n)
 		token := fmt.Sprintf("md5(:client_id::text || '.' || :u::text || '.%d')::uuid", k)
 		stmt := strings.NewReplacer("{TOKEN}", "("+token+")", "{LIMIT}", fmt.Sprintf(":lim%d", k), "{LITERAL}", strconv.Itoa(n)).Replace(claim)
-		sb.WriteString(fmt.Sprintf("WITH c AS (%s) SELECT coalesce(array_agg(id), '{}')::text AS ids%d, array_fill(%s, ARRAY[count(*)::int])::text AS toks%d, coalesce(max(created_at), :floor::bigint) AS floor FROM c \\gset\n",
-			stmt, k, token, k))
+		fmt.Fprintf(&sb, "WITH c AS (%s) SELECT coalesce(array_agg(id), '{}')::text AS ids%d, array_fill(%s, ARRAY[count(*)::int])::text AS toks%d, coalesce(max(created_at), :floor::bigint) AS floor FROM c \\gset\n",
+			stmt, k, token, k)
 		ids = append(ids, fmt.Sprintf(":ids%d::uuid[]", k))
 		toks = append(toks, fmt.Sprintf(":toks%d::uuid[]", k))
 	}
