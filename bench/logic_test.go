@@ -489,6 +489,30 @@ func TestPairScriptText(t *testing.T) {
 			t.Fatalf("script:\n%s", script)
 		}
 	})
+	t.Run("a claim and a settle the relay commits asynchronously run so, billing's transactions not", func(t *testing.T) {
+		t.Parallel()
+		claim := capturedSQL{sql: "SELECT $1 LIMIT $2::int $3", args: []any{at, 7, tok}, async: true}
+		asyncSettle := settle
+		asyncSettle.async = true
+		script, _, err := pairScript(pairSQL{claim: claim, settle: asyncSettle, at: at, limit: 7}, 50, "BEGIN;\nEND;\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		off, on, firstTxn, lastTxn := strings.Index(script, "SET synchronous_commit = off;"), strings.Index(script, "SET synchronous_commit = on;"),
+			strings.Index(script, "BEGIN;"), strings.LastIndex(script, "END;")
+		if strings.Count(script, "SET synchronous_commit = off;") != 2 || strings.Count(script, "SET synchronous_commit = on;") != 2 ||
+			off > strings.Index(script, "LIMIT :lim0") || on > firstTxn || strings.LastIndex(script, "SET synchronous_commit = off;") < lastTxn {
+			t.Fatalf("script:\n%s", script)
+		}
+	})
+	t.Run("a synchronous relay's script sets nothing", func(t *testing.T) {
+		t.Parallel()
+		p := pairSQL{claim: capturedSQL{sql: "SELECT $1 LIMIT $2::int $3", args: []any{at, 7, tok}}, settle: settle, at: at, limit: 7}
+		script, _, err := pairScript(p, 10, "BEGIN;\nEND;\n")
+		if err != nil || strings.Contains(script, "synchronous_commit") {
+			t.Fatalf("%v, script:\n%s", err, script)
+		}
+	})
 	t.Run("a limit that is neither is an error", func(t *testing.T) {
 		t.Parallel()
 		p := pairSQL{claim: capturedSQL{sql: "SELECT $1 LIMIT 70 $2", args: []any{at, tok}}, settle: settle, at: at, limit: 7}

@@ -45,31 +45,49 @@ const maxPairUnit = 1000
 // database.
 const schemaPair schema = "pair"
 
-// capturedSQL is one statement the relay sent and its arguments.
+// capturedSQL is one statement the relay sent, its arguments, and whether it
+// ran with synchronous_commit off (its commit not waiting for the WAL flush).
 type capturedSQL struct {
-	sql  string
-	args []any
+	sql   string
+	args  []any
+	async bool
 }
 
 // sqlCapture is a pgx tracer that keeps the relay's claim (the statement with
-// SKIP LOCKED) and its settle (any other UPDATE of outbox_events).
+// SKIP LOCKED) and its settle (any other UPDATE of outbox_events), and follows
+// synchronous_commit on each connection: a startup parameter, or a SET (LOCAL
+// until the transaction ends) before the statement.
 type sqlCapture struct {
 	mu            sync.Mutex
 	claim, settle *capturedSQL
+	async         map[*pgx.Conn]syncState
 }
 
-func (c *sqlCapture) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+type syncState struct{ off, local bool }
+
+func (c *sqlCapture) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	up := strings.ToUpper(d.SQL)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
+	if c.async == nil {
+		c.async = map[*pgx.Conn]syncState{}
+	}
+	st := c.async[conn]
+	async := st.off || strings.EqualFold(conn.Config().RuntimeParams["synchronous_commit"], "off")
+	switch t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(up), ";")); {
+	case strings.Contains(up, "SYNCHRONOUS_COMMIT"):
+		c.async[conn] = syncState{off: strings.Contains(up, "OFF"), local: strings.Contains(up, "LOCAL") || strings.Contains(up, "TRUE)")}
+	case t == "COMMIT" || t == "ROLLBACK" || t == "END":
+		if st.local {
+			delete(c.async, conn)
+		}
 	case strings.Contains(up, "SKIP LOCKED"):
 		if c.claim == nil {
-			c.claim = &capturedSQL{d.SQL, d.Args}
+			c.claim = &capturedSQL{d.SQL, d.Args, async}
 		}
 	case strings.Contains(up, "UPDATE OUTBOX_EVENTS"):
 		if c.settle == nil {
-			c.settle = &capturedSQL{d.SQL, d.Args}
+			c.settle = &capturedSQL{d.SQL, d.Args, async}
 		}
 	}
 	return ctx
@@ -336,7 +354,20 @@ func pairScript(p pairSQL, claimSize int, billingTxn string) (script string, uni
 	for _, v := range vars {
 		sb.WriteString(v + "\n")
 	}
+	// A statement the relay commits without waiting for the WAL flush runs so
+	// here too; billing's transaction waits for it, as billing's does.
+	asyncOn := func(on bool) {
+		if on {
+			sb.WriteString("SET synchronous_commit = off;\n")
+		}
+	}
+	asyncOff := func(on bool) {
+		if on {
+			sb.WriteString("SET synchronous_commit = on;\n")
+		}
+	}
 	var ids, toks []string
+	asyncOn(p.claim.async)
 	for k, n := range claims {
 		fmt.Fprintf(&sb, "\\set lim%d %d\n", k, n)
 		token := fmt.Sprintf("md5(:client_id::text || '.' || :u::text || '.%d')::uuid", k)
@@ -346,16 +377,19 @@ func pairScript(p pairSQL, claimSize int, billingTxn string) (script string, uni
 		ids = append(ids, fmt.Sprintf(":ids%d::uuid[]", k))
 		toks = append(toks, fmt.Sprintf(":toks%d::uuid[]", k))
 	}
+	asyncOff(p.claim.async)
 	body := strings.TrimSpace(billingTxn)
 	for range unit {
 		sb.WriteString(body + "\n")
 	}
 	allIDs, allToks := "("+strings.Join(ids, " || ")+")", "("+strings.Join(toks, " || ")+")"
+	asyncOn(p.settle.async)
 	for s := 0; s < unit; s += settleBatch {
 		n := min(settleBatch, unit-s)
 		slice := fmt.Sprintf("[%d:%d]", s+1, s+n)
 		sb.WriteString(strings.NewReplacer("{IDS}", allIDs+slice, "{TOKENS}", allToks+slice, "{N}", strconv.Itoa(n)).Replace(settle) + ";\n")
 	}
+	asyncOff(p.settle.async)
 	return sb.String(), unit, nil
 }
 
