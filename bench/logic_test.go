@@ -521,3 +521,32 @@ func TestPairScriptText(t *testing.T) {
 		}
 	})
 }
+
+func TestWarmUp(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	// Effects lag their commits by these, one item after the other: the first
+	// waited for a poll (nobody listened yet), the second was woken.
+	lags := []time.Duration{900 * time.Millisecond, 20 * time.Millisecond, time.Second}
+	t.Run("it commits until an item takes effect at once, by the stamps", func(t *testing.T) {
+		t.Parallel()
+		i := -1
+		n, err := warmUp(context.Background(),
+			func() (time.Time, error) { i++; return t0, nil },
+			func() (bool, error) { return true, nil },
+			func() (time.Time, error) { return t0.Add(lags[i]), nil })
+		if err != nil || n != 2 {
+			t.Fatalf("warmUp = %d, %v; want 2 items, no error", n, err)
+		}
+	})
+	t.Run("a system that never takes effect at once fails the run", func(t *testing.T) {
+		t.Parallel()
+		n, err := warmUp(context.Background(),
+			func() (time.Time, error) { return t0, nil },
+			func() (bool, error) { return true, nil },
+			func() (time.Time, error) { return t0.Add(time.Second), nil })
+		if err == nil || n != warmTries || !strings.Contains(err.Error(), "LISTEN") {
+			t.Fatalf("warmUp = %d, %v; want %d items and an error naming the wake-up", n, err, warmTries)
+		}
+	})
+}
