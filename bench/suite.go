@@ -100,6 +100,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		b.res.note("NATS rows not run (no -nats flag)")
 	}
 
+	b.res.note("drains are timed by the database: from the clock_timestamp() read last in the transaction that commits the backlog (the system started and warmed up before it) to the last effect's stamp (processed_at / finalized_at for no-op work, billing_receipts.bench_at for a consumer)")
+	b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
+	b.res.note("latency percentiles are over every event offered: an event never applied (send skipped or failed, or not applied within -latency-grace) counts as beyond any latency, and a percentile that falls among them prints inf")
 	for round := 1; round <= o.rounds; round++ {
 		logf("round %d of %d", round, o.rounds)
 		if err := b.round(ctx); err != nil {
