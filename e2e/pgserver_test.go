@@ -106,6 +106,12 @@ func startPGServer(t *testing.T) *pgServer {
 		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		require.NoError(t, os.Chown(s.dir, int(uid), int(gid)))
+		for dir := filepath.Dir(s.dir); dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
+			fi, err := os.Stat(dir)
+			require.NoError(t, err)
+			require.NotZero(t, fi.Mode().Perm()&0o001, "the postgres user cannot reach %s (mode %s): "+
+				"point TMPDIR at a directory every user may enter, such as /tmp", dir, fi.Mode().Perm())
+		}
 	}
 	// --no-sync only skips flushing initdb's own files; the server runs with
 	// fsync on (its default), so a crash loses nothing that was committed.
