@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/failpoint"
 )
 
 // TestDatabaseCrash SIGKILLs every process of the scenario's own PostgreSQL
@@ -93,14 +95,15 @@ func stopBudget(requestTimeout time.Duration) time.Duration {
 
 // TestPartition puts a TCP proxy that can blackhole between each service and
 // its database (blackholeProxy: connections stay open, bytes are dropped) and
-// partitions both twice under load. During the first partition every request
-// that needs the database is answered 503 within HTTP_REQUEST_TIMEOUT plus a
-// margin and both /readyz answer 503; after the heal both recover without a
-// restart. During the second, SIGTERM to both services ends within the stop
-// budget; after the heal and a restart the invariant holds: what a stop could
-// not release was left to its lease, not lost, and no transaction the
-// partition abandoned keeps its locks (a client whose rule stayed locked would
-// never get its answer).
+// partitions both twice under load, while billing holds each delivery's quota
+// row locked for 300ms before its commit, so that a partition always abandons
+// transactions that hold locks. During the first partition every request that
+// needs the database is answered 503 within HTTP_REQUEST_TIMEOUT plus a margin
+// and both /readyz answer 503; after the heal no abandoned transaction is open
+// for more than a few seconds, and both services recover without a restart.
+// During the second, SIGTERM to both services ends within the stop budget;
+// after the heal and a restart the invariant holds: what a stop could not
+// release was left to its lease, not lost.
 func TestPartition(t *testing.T) {
 	t.Parallel()
 	eachTransport(t, partition)
@@ -108,11 +111,18 @@ func TestPartition(t *testing.T) {
 
 func partition(t *testing.T, tr string) {
 	pg := startPGServer(t)
-	c := setup(t, config{transport: tr, pg: pg, proxied: true, env: map[string]string{
-		"HTTP_REQUEST_TIMEOUT": partitionRequestTimeout.String(),
-		"DB_STATEMENT_TIMEOUT": "1s",
-		"DB_LOCK_TIMEOUT":      "1s",
-	}})
+	c := setup(t, config{
+		transport: tr, pg: pg, proxied: true,
+		// Each delivery holds its quota row locked for a while before its
+		// commit, so a partition always cuts some between their writes and
+		// their COMMIT: the transactions a partition abandons, with their locks.
+		billingFailpoints: failpoint.BillingEventsBeforeCommit + "=sleep(300ms)",
+		env: map[string]string{
+			"HTTP_REQUEST_TIMEOUT": partitionRequestTimeout.String(),
+			"DB_STATEMENT_TIMEOUT": "1s",
+			"DB_LOCK_TIMEOUT":      "1s",
+		},
+	})
 	pids := c.servicePIDs()
 	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
 
