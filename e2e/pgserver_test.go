@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -360,12 +361,31 @@ func procStat(pid int) (ppid int, state string, err error) {
 	return ppid, fields[0], err
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, below the
+// kernel's range of ephemeral ports: while the crashed cluster is down its port
+// has no listener, and an outgoing connection given that port as its own would
+// keep the restart from binding it.
 func freePort(t *testing.T) int {
 	t.Helper()
-	_, port, err := net.SplitHostPort(freeAddr(t))
-	require.NoError(t, err)
-	n, err := strconv.Atoi(port)
-	require.NoError(t, err)
-	return n
+	low := 32768 // Linux's default start of ip_local_port_range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const floor = 10000 // above the well-known and most registered services
+	require.Greater(t, low, floor+1000, "no room below the ephemeral ports (%d) for the cluster's port", low)
+	for range 100 {
+		port := floor + rand.IntN(low-floor)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		require.NoError(t, l.Close())
+		return port
+	}
+	t.Fatalf("no free loopback port between %d and %d", floor, low)
+	return 0
 }
