@@ -88,7 +88,7 @@ const (
 // stopBudget is the stop budget of contract section 5 for a service whose
 // HTTP_REQUEST_TIMEOUT is requestTimeout: the HTTP drain (the timeout plus 2s),
 // then the relay (labeling) or the NATS consumer (billing) 8s, retention 2s,
-// and the pool's close.
+// and 2s for the pool's close and the flush of spans.
 func stopBudget(requestTimeout time.Duration) time.Duration {
 	return requestTimeout + 2*time.Second + 8*time.Second + 2*time.Second + 2*time.Second
 }
@@ -101,9 +101,11 @@ func stopBudget(requestTimeout time.Duration) time.Duration {
 // needs the database is answered 503 within HTTP_REQUEST_TIMEOUT plus a margin
 // and both /readyz answer 503; after the heal no abandoned transaction is open
 // for more than a few seconds, and both services recover without a restart.
-// During the second, SIGTERM to both services ends within the stop budget;
-// after the heal and a restart the invariant holds: what a stop could not
-// release was left to its lease, not lost.
+// During the second, SIGTERM to both services ends within the stop budget,
+// with the exit code contract section 5 gives such a stop (labeling 1 when it
+// left claims to their lease, else 0; billing 0); after the heal and a restart
+// the invariant holds: what a stop could not release was left to its lease,
+// not lost.
 func TestPartition(t *testing.T) {
 	t.Parallel()
 	eachTransport(t, partition)
@@ -113,6 +115,9 @@ func partition(t *testing.T, tr string) {
 	pg := startPGServer(t)
 	c := setup(t, config{
 		transport: tr, pg: pg, proxied: true,
+		// Longer than the partitioned stop (16s): a claim the stop could not
+		// release is still in the future when the process has exited.
+		lease: 20 * time.Second,
 		// Each delivery holds its quota row locked for a while before its
 		// commit, so a partition always cuts some between their writes and
 		// their COMMIT: the transactions a partition abandons, with their locks.
@@ -153,7 +158,8 @@ func partition(t *testing.T, tr string) {
 		waitFor(t, 10*time.Second, func() bool { return c.readyz(p) == http.StatusServiceUnavailable },
 			"%s's /readyz answers 503 during the partition", p.name)
 	}
-	c.requireStopsInBudget(t, stopBudget(partitionRequestTimeout))
+	states := c.requireStopsInBudget(t, stopBudget(partitionRequestTimeout))
+	c.requireStopExitCodes(t, states)
 	heal()
 	t.Logf("partition 2: healed after %s", time.Since(began).Round(time.Millisecond))
 	c.requireNoAbandonedTransactions(t)
@@ -197,7 +203,8 @@ func (c *cluster) requireNoAbandonedTransactions(t *testing.T) {
 				a.pid, a.datname, a.application_name, a.state, clock_timestamp() - a.state_change,
 				(SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.granted), left(a.query, 60))
 			FROM pg_stat_activity a
-			WHERE a.datname = ANY($1) AND a.state LIKE 'idle in transaction%' AND a.state_change < $2`,
+			WHERE a.datname = ANY($1) AND a.application_name IN ('e2e-labeling', 'e2e-billing')
+				AND a.state LIKE 'idle in transaction%' AND a.state_change < $2`,
 			[]string{c.labDB.Name, c.billDB.Name}, healed)
 		if err != nil {
 			return false
@@ -261,9 +268,9 @@ func (c *cluster) requireAnswers503(t *testing.T) {
 }
 
 // requireStopsInBudget sends SIGTERM to every service at once and requires each
-// to exit (not be killed) within budget plus exitMargin, and under an
-// orchestrator's grace period.
-func (c *cluster) requireStopsInBudget(t *testing.T, budget time.Duration) {
+// to exit by itself (not killed by a signal) within budget plus exitMargin, and
+// under an orchestrator's grace period. It returns each one's exit state.
+func (c *cluster) requireStopsInBudget(t *testing.T, budget time.Duration) map[*proc]*os.ProcessState {
 	t.Helper()
 	require.Less(t, budget, orchestratorGrace, "the stop budget of contract section 5 is under %s", orchestratorGrace)
 	procs := c.services()
@@ -286,6 +293,7 @@ func (c *cluster) requireStopsInBudget(t *testing.T, budget time.Duration) {
 		})
 	}
 	wg.Wait()
+	states := map[*proc]*os.ProcessState{}
 	var longest time.Duration
 	for i, p := range procs {
 		require.NotEqual(t, time.Duration(-1), exited[i], "%s still running %s after SIGTERM during the partition (budget %s)",
@@ -293,17 +301,35 @@ func (c *cluster) requireStopsInBudget(t *testing.T, budget time.Duration) {
 		state := p.current().Wait(t, 0)
 		t.Logf("partition: %s stopped in %s after SIGTERM: %s", p.name, exited[i].Round(time.Millisecond), state)
 		require.LessOrEqual(t, exited[i], budget+exitMargin, "%s stops within its budget (%s) while its database is unreachable", p.name, budget)
-		requireStoppedNotKilled(t, p, state)
+		require.True(t, state.Exited(), "%s exits by itself after SIGTERM, got %s", p.name, state)
+		states[p] = state
 		longest = max(longest, exited[i])
 	}
 	tally.add(func(s *counts) { s.partitionStop = max(s.partitionStop, longest) })
+	return states
 }
 
-// requireStoppedNotKilled requires a stop's exit to be the process's own: an
-// exit status, not a signal's death.
-func requireStoppedNotKilled(t *testing.T, p *proc, state *os.ProcessState) {
+// requireStopExitCodes checks the exit codes of a stop with the database
+// unreachable against contract section 5: 1 when the relay left claims it could
+// not release to their lease, 0 when it left none (exit 0 promises that no
+// unsettled row keeps a future claimed_until). Billing holds no claims: 0.
+func (c *cluster) requireStopExitCodes(t *testing.T, states map[*proc]*os.ProcessState) {
 	t.Helper()
-	require.True(t, state.Exited(), "%s exits by itself after SIGTERM, got %s", p.name, state)
+	require.Equal(t, 0, states[c.billing].ExitCode(), "billing leaves nothing to release: its stop exits 0")
+	var held []string
+	now := time.Now().UnixMilli()
+	for _, r := range c.outboxRows(t) { // read straight from the database, not through the proxy
+		if r.ProcessedAt == nil && r.FailedAt == nil && r.ClaimedUntil != nil && *r.ClaimedUntil > now {
+			held = append(held, r.String())
+		}
+	}
+	code := states[c.lab()].ExitCode()
+	t.Logf("partition: labeling exited %d leaving %d claims to their lease", code, len(held))
+	if len(held) > 0 {
+		require.Equal(t, 1, code, "labeling left claims to their lease, so its stop exits 1:\n%s", strings.Join(held, "\n"))
+	} else {
+		require.Equal(t, 0, code, "labeling left no claim to its lease, so its stop exits 0")
+	}
 }
 
 // services is every service process: billing, then the labeling processes.

@@ -129,6 +129,9 @@ func startPGServer(t *testing.T) *pgServer {
 		if err == nil {
 			break
 		}
+		if s.life == nil {
+			t.Fatalf("postgres: %v", err)
+		}
 		if try < 2 && strings.Contains(s.life.output.String(), "could not bind") {
 			continue
 		}
