@@ -142,14 +142,19 @@ func partition(t *testing.T, tr string) {
 	}
 	<-time.After(3*time.Second - time.Since(began))
 	heal()
+	healed := time.Now()
 	t.Logf("partition 1: healed after %s", time.Since(began).Round(time.Millisecond))
 	c.requireNoAbandonedTransactions(t)
 	for _, p := range c.services() {
 		waitFor(t, convergeTimeout, func() bool { return c.readyz(p) == http.StatusOK },
 			"%s is ready again after the heal without a restart", p.name)
 	}
+	ready := time.Since(healed)
 	c.requireWorking(t, l)
 	c.requireSameProcesses(t, pids)
+	recovered := time.Since(healed)
+	t.Logf("partition 1: both ready %s after the heal, both working %s after it", ready.Round(time.Millisecond), recovered.Round(time.Millisecond))
+	tally.add(func(s *counts) { s.partitionRecovery = max(s.partitionRecovery, recovered) })
 
 	// 2: SIGTERM to both while the database is unreachable.
 	began = time.Now()

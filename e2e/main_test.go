@@ -75,8 +75,10 @@ type counts struct {
 	partition503s    int // probe requests answered 503 during a partition
 	slowest503       time.Duration
 	partitionStop    time.Duration // the longest SIGTERM-to-exit during a partition
-	convergence      time.Duration
-	slowest          string
+	// the longest from a heal until both services work again, unrestarted
+	partitionRecovery time.Duration
+	convergence       time.Duration
+	slowest           string
 }
 
 func (c *counts) add(f func(c *counts)) {
@@ -97,8 +99,8 @@ func (c *counts) summary(build, total time.Duration) string {
 	s += fmt.Sprintf("SIGTERMs:                     %d\n", c.terms)
 	s += fmt.Sprintf("database backends terminated: %d\n", c.cuts)
 	s += fmt.Sprintf("database crashes:             %d (SIGKILL of every PostgreSQL process: %d killed; restarted on the same data)\n", c.dbCrashes, c.dbProcsKilled)
-	s += fmt.Sprintf("database partitions:          %d (blackholed TCP: %d probes answered 503, slowest %s; longest SIGTERM stop in one %s)\n",
-		c.partitions, c.partition503s, c.slowest503.Round(time.Millisecond), c.partitionStop.Round(time.Millisecond))
+	s += fmt.Sprintf("database partitions:          %d (blackholed TCP: %d probes answered 503, slowest %s; longest recovery after a heal %s; longest SIGTERM stop in one %s)\n",
+		c.partitions, c.partition503s, c.slowest503.Round(time.Millisecond), c.partitionRecovery.Round(time.Millisecond), c.partitionStop.Round(time.Millisecond))
 	s += fmt.Sprintf("requests sent:                %d\n", c.requests)
 	s += fmt.Sprintf("events (outbox rows):         %d\n", c.events)
 	s += fmt.Sprintf("duplicates absorbed by receipts: %d (billing_events_total{outcome=\"already_applied\"})\n", c.duplicates)
