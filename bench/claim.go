@@ -161,15 +161,19 @@ func (b *bench) claimCost(ctx context.Context) error {
 	return nil
 }
 
-// preloadOutboxAfter inserts n pending rows newer than every row in the table.
+// preloadOutboxAfter inserts n pending rows newer than every row in the table,
+// all available now: rows created after the last pass's end can lie ahead of
+// the clock, and a row not yet available ended the batches early (a RunOnce
+// that claims nothing).
 func preloadOutboxAfter(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	now := time.Now().UnixMilli()
 	_, err := pool.Exec(ctx, `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 		SELECT gen_random_uuid(), 'RuleActivated',
 			jsonb_build_object('orgId', md5('org' || (i % $2))::uuid, 'ruleId', gen_random_uuid()),
-			t.m + i, t.m + i, 0
+			t.m + i, least(t.m + i, $4::bigint), 0
 		FROM generate_series(1, $1::int) AS i,
-			(SELECT greatest(max(created_at), $3::bigint) AS m FROM outbox_events) AS t`, n, orgs, time.Now().UnixMilli()-int64(n)-1)
+			(SELECT greatest(max(created_at), $3::bigint) AS m FROM outbox_events) AS t`, n, orgs, now-int64(n)-1, now)
 	if err != nil {
 		return fmt.Errorf("preload pending rows: %w", err)
 	}

@@ -147,6 +147,8 @@ func (e *env) template(ctx context.Context, s schema) (string, error) {
 		err = migrateProject(ctx, e.urlFor(name), migrations.Billing)
 	case schemaRiver:
 		err = migrateRiver(ctx, e.urlFor(name))
+	case schemaPair:
+		err = migratePair(ctx, e.urlFor(name))
 	}
 	if err != nil {
 		return "", fmt.Errorf("migrate template %s: %w", name, err)
@@ -221,12 +223,17 @@ func (e *env) close() {
 
 // machine describes where the figures were taken.
 type machine struct {
-	CPU, Cores, Postgres string
-	Settings             [][2]string
+	Host, CPU, Cores, Postgres string
+	Settings                   [][2]string
+	Relay                      string // the relay settings every row ran with
 }
 
 func (e *env) machine(ctx context.Context) machine {
-	m := machine{CPU: cpuModel(), Cores: fmt.Sprint(runtime.NumCPU())}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "(unknown)"
+	}
+	m := machine{Host: host, CPU: cpuModel(), Cores: fmt.Sprint(runtime.NumCPU())}
 	_ = e.admin.QueryRow(ctx, `SHOW server_version`).Scan(&m.Postgres)
 	for _, s := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections",
 		"wal_level", "checkpoint_timeout", "max_wal_size", "autovacuum", "work_mem"} {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -49,20 +50,52 @@ func installStamp(ctx context.Context, dbURL, sql string) error {
 	return err
 }
 
-// latency is the outcome of one offered-rate run.
+// latency is the outcome of one offered-rate run. The percentiles are over
+// every event offered (latencyOver): an event that was never applied (its send
+// skipped or failed, or committed but not applied within the grace period)
+// counts as +Inf, beyond any latency measured, so a system that drops or
+// defers work cannot look faster for it.
 type latency struct {
-	p50, p99, max time.Duration
-	backlog       int64 // committed but not yet applied when the offered load ended
-	missing       int   // still not applied after the grace period
+	p50, p99, max float64 // ms; +Inf where the rank falls among the unapplied
+	backlog       int64   // committed but not yet applied when the offered load ended
+	missing       int     // committed, still not applied after the grace period
 	committed     int
+	applied       int
 	gen           offered
 }
 
-// offered is what the generator did: sends skipped because every sender was
-// busy (the producer side did not keep up), sends that failed, the first failure.
+// unapplied is every event offered that never took effect.
+func (l latency) unapplied() int { return max(l.gen.total-l.applied, 0) }
+
+// offered is what the generator did: the sends it scheduled (every event
+// offered), sends skipped because every sender was busy (the producer side did
+// not keep up), sends that failed, the first failure.
 type offered struct {
+	total        int
 	late, failed int64
 	firstErr     string
+}
+
+// latencyOver returns the p-th percentiles (nearest rank, in ms) of offered
+// events, of which sorted are the latencies of the applied ones; the other
+// offered − len(sorted) count as +Inf. offered below len(sorted) (more effects
+// than sends, which a correct run never has) is taken as len(sorted).
+func latencyOver(sorted []time.Duration, offered int, ps ...float64) []float64 {
+	n := max(offered, len(sorted))
+	out := make([]float64, len(ps))
+	for i, p := range ps {
+		if n == 0 {
+			out[i] = math.NaN()
+			continue
+		}
+		rank := min(max(int(math.Ceil(p/100*float64(n))), 1), n)
+		if rank > len(sorted) {
+			out[i] = math.Inf(1)
+			continue
+		}
+		out[i] = float64(sorted[rank-1].Microseconds()) / 1000
+	}
+	return out
 }
 
 // offer calls send at rate per second for d (open loop: a fixed schedule,
@@ -75,11 +108,11 @@ func offer(ctx context.Context, rate int, d time.Duration, senders int, send fun
 	sendCtx, cancel := context.WithTimeout(ctx, d+10*time.Second)
 	defer cancel()
 	total := int(float64(rate) * d.Seconds())
+	out := offered{total: total}
 	slots := make(chan int, senders)
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
-		out     offered
 		lateN   atomic.Int64
 		failedN atomic.Int64
 	)
@@ -191,10 +224,9 @@ func measureLatency(ctx context.Context, producerURL, consumerURL string, grace 
 		lat = append(lat, e.Sub(c))
 	}
 	slices.Sort(lat)
-	out.p50, out.p99 = percentile(lat, 50), percentile(lat, 99)
-	if len(lat) > 0 {
-		out.max = lat[len(lat)-1]
-	}
+	out.applied = len(lat)
+	ps := latencyOver(lat, gen.total, 50, 99, 100)
+	out.p50, out.p99, out.max = ps[0], ps[1], ps[2]
 	return out, nil
 }
 
@@ -219,14 +251,15 @@ func stamps(ctx context.Context, pool *pgxpool.Pool) (map[uuid.UUID]time.Time, e
 // addLatency records one run's figures under "lat/<system>/<rate>/...".
 func (b *bench) addLatency(system string, rate int, l latency) {
 	k := "lat/" + system + "/" + strconv.Itoa(rate) + "/"
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.res.add(k+"p50", ms(l.p50))
-	b.res.add(k+"p99", ms(l.p99))
-	b.res.add(k+"max", ms(l.max))
+	b.res.add(k+"p50", l.p50)
+	b.res.add(k+"p99", l.p99)
+	b.res.add(k+"max", l.max)
+	b.res.add(k+"unapplied", float64(l.unapplied()))
+	b.res.add(k+"skipped", float64(l.gen.late))
 	b.res.add(k+"backlog", float64(l.backlog))
 	b.res.add(k+"achieved", float64(l.committed)/b.opt.latencyDuration.Seconds())
 	if l.missing > 0 {
-		b.res.note("%s at %d/s: %d of %d events not applied %s after the load ended (left out of the percentiles)",
+		b.res.note("%s at %d/s: %d of %d committed events not applied %s after the load ended (counted as +Inf in the percentiles)",
 			system, rate, l.missing, l.committed, b.opt.latencyGrace)
 	}
 	if l.gen.late > 0 {
@@ -235,8 +268,8 @@ func (b *bench) addLatency(system string, rate int, l latency) {
 	if l.gen.failed > 0 {
 		b.res.note("%s at %d/s: %d sends failed (first: %s)", system, rate, l.gen.failed, l.gen.firstErr)
 	}
-	logf("latency %s @%d/s: p50 %s p99 %s max %s, backlog at end %d, committed %d, missing %d, skipped %d, failed %d",
-		system, rate, l.p50, l.p99, l.max, l.backlog, l.committed, l.missing, l.gen.late, l.gen.failed)
+	logf("latency %s @%d/s: p50 %s p99 %s max %s ms over %d offered, not applied %d (skipped %d, failed %d, committed but missing %d), backlog at end %d, committed %d",
+		system, rate, formatValue(l.p50), formatValue(l.p99), formatValue(l.max), l.gen.total, l.unapplied(), l.gen.late, l.gen.failed, l.missing, l.backlog, l.committed)
 }
 
 // latencySenders is the generator's concurrency: enough for 3,000/s at a few
@@ -362,5 +395,6 @@ func (b *bench) riverLatency(ctx context.Context, v riverVariant, rate int) (lat
 }
 
 func (l latency) String() string {
-	return fmt.Sprintf("p50 %s p99 %s max %s backlog %d", l.p50, l.p99, l.max, l.backlog)
+	return fmt.Sprintf("p50 %s p99 %s max %s ms, not applied %d of %d, backlog %d",
+		formatValue(l.p50), formatValue(l.p99), formatValue(l.max), l.unapplied(), l.gen.total, l.backlog)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/labeling"
 )
@@ -22,19 +23,37 @@ import (
 // the quota upsert is not one hot row, few enough that rows are shared.
 const orgs = 100
 
-// relayConfig is the relay at the contract's defaults, with the fields named in
-// -relay-set applied on top (by reflection, so that a field added later, e.g. by
-// a relay rewrite, can be set without changing this program).
-func relayConfig(set string) (outbox.Config, error) {
+// relayConfig is the relay the binaries run: labeling's configuration read by
+// config.LoadLabeling from lookup (this process's environment, which the
+// binaries inherit), mapped as cmd/labeling's serve maps it, so the in-process
+// rows and the binaries run the same settings, OUTBOX_NOTIFY and OUTBOX_WORKERS
+// included. The fields named in set (-relay-set) are applied on top, in process
+// only, by reflection, so that a field added later can be set without changing
+// this program.
+func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
+	c, err := config.LoadLabeling(func(name string) (string, bool) {
+		switch name {
+		case "DATABASE_URL":
+			return "postgres://bench@127.0.0.1:5432/bench", true // never used: the pools are the benchmark's own
+		case "EVENTS_TOKEN":
+			return eventsToken, true
+		}
+		return lookup(name)
+	})
+	if err != nil {
+		return outbox.Config{}, fmt.Errorf("labeling configuration from the environment: %w", err)
+	}
 	cfg := outbox.Config{
-		PollInterval:       time.Second,
-		ClaimSize:          10,
-		HandlerTimeout:     30 * time.Second,
-		Lease:              5 * time.Minute,
-		MaxAttempts:        10,
-		RetryBase:          5 * time.Second,
-		RetryMax:           15 * time.Minute,
-		ProcessedRetention: 168 * time.Hour,
+		PollInterval:       c.PollInterval,
+		ClaimSize:          c.ClaimSize,
+		Workers:            c.Workers,
+		HandlerTimeout:     c.HandlerTimeout,
+		Lease:              c.Lease,
+		MaxAttempts:        c.MaxAttempts,
+		RetryBase:          c.RetryBase,
+		RetryMax:           c.RetryMax,
+		ProcessedRetention: c.ProcessedRetention,
+		Notify:             c.OutboxNotify,
 	}
 	if set == "" {
 		return cfg, nil
@@ -114,29 +133,6 @@ func analyze(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // errLimit is a drain that did not finish within -drain-limit.
 var errLimit = errors.New("drain limit reached")
 
-// waitCount polls query (a count) every 20ms until it returns 0, ctx ends, or
-// limit passes (errLimit, with the count left). It returns when it saw 0.
-func waitCount(ctx context.Context, pool *pgxpool.Pool, query string, limit time.Duration) (time.Time, int64, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		var n int64
-		if err := pool.QueryRow(ctx, query).Scan(&n); err != nil {
-			return time.Time{}, 0, err
-		}
-		if n <= 0 {
-			return time.Now(), 0, nil
-		}
-		if time.Now().After(deadline) {
-			return time.Now(), n, errLimit
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // drainRate is n rows over the time from start to end; a drain cut off by the
 // limit counts only the rows it drained, and says so in the notes.
 func (b *bench) drainRate(what string, n int, start, end time.Time, left int64, err error) (float64, error) {
@@ -148,14 +144,30 @@ func (b *bench) drainRate(what string, n int, start, end time.Time, left int64, 
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	return float64(int64(n)-left) / end.Sub(start).Seconds(), nil
+	rate, err := rateOf(n, left, start, end)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return rate, nil
 }
 
-const pendingSQL = `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL`
+// rateOf is the rows drained (n less the rows left) per second from start (the
+// backlog's commit) to end (the last effect). An end not after the start means
+// the stamps are wrong (an effect stamped before its row existed), never a fast
+// drain.
+func rateOf(n int, left int64, start, end time.Time) (float64, error) {
+	d := end.Sub(start)
+	if d <= 0 {
+		return 0, fmt.Errorf("the last effect (%s) is not after the backlog's commit (%s)", end.Format(time.RFC3339Nano), start.Format(time.RFC3339Nano))
+	}
+	return float64(int64(n)-left) / d.Seconds(), nil
+}
 
 // projectDrain measures rows/s of one in-process relay (pgx pool at its
-// defaults) draining a backlog of n rows with subs.
-func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, subs func(context.Context) ([]outbox.Subscriber, func(), error)) (float64, error) {
+// defaults) draining a backlog of n rows with subs, timed as drain.go says.
+// consumer, when set, is the billing database subs apply to: the drain then ends
+// at its last receipt.
+func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, consumer *pgxpool.Pool, subs func(context.Context) ([]outbox.Subscriber, func(), error)) (float64, error) {
 	dbURL, err := b.env.create(ctx, schemaLabeling)
 	if err != nil {
 		return 0, err
@@ -166,14 +178,6 @@ func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, subs fun
 		return 0, err
 	}
 	defer pool.Close()
-	if err := preloadOutbox(ctx, pool, n); err != nil {
-		return 0, err
-	}
-	if analyzed {
-		if err := analyze(ctx, pool, "outbox_events"); err != nil {
-			return 0, err
-		}
-	}
 	s, cleanup, err := subs(ctx)
 	if err != nil {
 		return 0, err
@@ -183,17 +187,43 @@ func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, subs fun
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
 	if err := relay.Start(ctx); err != nil {
 		return 0, err
 	}
-	end, left, err := waitCount(ctx, pool, pendingSQL, b.opt.drainLimit)
-	stopErr := stopRelay(relay)
-	rate, err := b.drainRate(fmt.Sprintf("project drain of %d", n), n, start, end, left, err)
-	if err == nil && stopErr != nil {
-		return 0, stopErr
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = stopRelay(relay) // an error path: the database is dropped anyway
+		}
+	}()
+	endPool, endSQL := pool, noopEndSQL
+	if consumer != nil {
+		endPool, endSQL = consumer, receiptsEndSQL
 	}
-	return rate, err
+	if _, err := warmUp(ctx, func() (time.Time, error) {
+		return commitBacklog(ctx, pool, "", func(tx pgx.Tx) error { return fillOutbox(ctx, tx, 1) })
+	}, noRow(ctx, pool, pendingProbe), stampOf(ctx, endPool, endSQL)); err != nil {
+		return 0, err
+	}
+	analyzeTable := ""
+	if analyzed {
+		analyzeTable = "outbox_events"
+	}
+	start, err := commitBacklog(ctx, pool, analyzeTable, func(tx pgx.Tx) error { return fillOutbox(ctx, tx, n) })
+	if err != nil {
+		return 0, err
+	}
+	probe := drainProbe{pool: pool, probe: pendingProbe, countLeft: pendingCountSQL, endPool: endPool, endSQL: endSQL}
+	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
+	rate, err := b.drainRate(fmt.Sprintf("project drain of %d", n), n, start, end, left, err)
+	if err != nil {
+		return 0, err
+	}
+	stopped = true
+	if err := stopRelay(relay); err != nil {
+		return 0, err
+	}
+	return rate, nil
 }
 
 func stopRelay(r *outbox.Relay) error {
@@ -244,7 +274,15 @@ func (b *bench) projectConsumerDrain(ctx context.Context, n int) (float64, error
 		return 0, err
 	}
 	defer b.env.drop(context.WithoutCancel(ctx), billingURL)
-	return b.projectDrain(ctx, n, false, b.consumerSubs(billingURL))
+	bil, err := open(ctx, billingURL)
+	if err != nil {
+		return 0, err
+	}
+	defer bil.Close()
+	if err := installReceiptStamp(ctx, bil); err != nil {
+		return 0, err
+	}
+	return b.projectDrain(ctx, n, false, bil, b.consumerSubs(billingURL))
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -61,30 +61,23 @@ func median(v []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// percentile is the nearest-rank p-th percentile (0 < p ≤ 100) of sorted: the
-// smallest value with at least p% of the values at or below it.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
-}
-
 // row is one line of the table: a figure of the project beside one reference.
-// Keys name result series; an empty Ref prints the project's figure alone.
+// Keys name result series; an empty Ref prints the project's figure alone. An
+// Info reference (River at its defaults) is shown for information only: its
+// ratio is never computed, so nothing can be read as a target against it.
 type row struct {
 	Figure  string
 	Unit    string
 	Project string
 	RefName string
 	Ref     string
+	Info    bool
 }
 
-// ratio is project / reference; NaN when either is missing or the reference is 0.
+// ratio is project / reference; NaN when either is missing, the reference is
+// 0, or both are +Inf (a latency neither system reached).
 func ratio(p, ref float64) float64 {
-	if math.IsNaN(p) || math.IsNaN(ref) || ref == 0 {
+	if math.IsNaN(p) || math.IsNaN(ref) || ref == 0 || (math.IsInf(p, 0) && math.IsInf(ref, 0)) {
 		return math.NaN()
 	}
 	return p / ref
@@ -95,6 +88,8 @@ func formatValue(v float64) string {
 	switch a := math.Abs(v); {
 	case math.IsNaN(v):
 		return "-"
+	case math.IsInf(v, 1):
+		return "inf"
 	case v == math.Trunc(v):
 		return fmt.Sprintf("%.0f", v)
 	case a >= 1000:
@@ -109,8 +104,11 @@ func formatValue(v float64) string {
 }
 
 func formatRatio(v float64) string {
-	if math.IsNaN(v) {
+	switch {
+	case math.IsNaN(v):
 		return "-"
+	case math.IsInf(v, 1):
+		return "inf"
 	}
 	return fmt.Sprintf("%.2f", v)
 }
@@ -135,8 +133,12 @@ func writeTable(w io.Writer, res *results, rows []row) {
 		if r.Ref != "" {
 			n = fmt.Sprintf("%d/%d", np, nr)
 		}
+		rat := formatRatio(ratio(p, ref))
+		if r.Info {
+			rat = "info"
+		}
 		cells = append(cells, []string{fig, r.Unit, formatValue(p), orDash(r.RefName),
-			formatValue(ref), formatRatio(ratio(p, ref)), n})
+			formatValue(ref), rat, n})
 	}
 	io.WriteString(w, markdownTable(header, cells))
 }
@@ -182,13 +184,14 @@ func orDash(s string) string {
 // writeReport prints the machine, the table and the notes.
 func writeReport(w io.Writer, m machine, o options, res *results, rows []row, took time.Duration) {
 	fmt.Fprintf(w, "\n## Results (%s, %d round(s), medians; took %s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), o.rounds, took.Round(time.Second))
-	fmt.Fprintf(w, "- CPU: %s, %s cores\n- PostgreSQL: %s\n", m.CPU, m.Cores, m.Postgres)
+	fmt.Fprintf(w, "- host: %s; CPU: %s, %s cores\n- PostgreSQL: %s\n", m.Host, m.CPU, m.Cores, m.Postgres)
 	var set []string
 	for _, s := range m.Settings {
 		set = append(set, s[0]+"="+s[1])
 	}
 	fmt.Fprintf(w, "- settings: %s\n", strings.Join(set, ", "))
-	fmt.Fprintf(w, "- options: %s\n\n", o.summary())
+	fmt.Fprintf(w, "- options: %s\n", o.summary())
+	fmt.Fprintf(w, "- relay (in process and binaries alike): %s\n\n", m.Relay)
 	writeTable(w, res, rows)
 	if len(res.notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")

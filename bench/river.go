@@ -95,10 +95,12 @@ func newRiver(pool, billing *pgxpool.Pool, v riverVariant) (*river.Client[pgx.Tx
 	})
 }
 
-const riverPendingSQL = `SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled', 'pending')`
-
-// riverDrain measures jobs/s of one River client draining n preloaded jobs:
-// no-op jobs, or (consume) the consumer transaction on a fresh billing database.
+// riverDrain measures jobs/s of one River client draining n jobs: no-op jobs,
+// or (consume) the consumer transaction on a fresh billing database, timed as
+// drain.go says: the client started on an empty table, the jobs committed in
+// one transaction (InsertManyFastTx, which sends River's insert notification
+// in it), the clock from that commit to the last job's finalized_at, or to the
+// last receipt for consume.
 func (b *bench) riverDrain(ctx context.Context, v riverVariant, n int, analyzed, consume bool) (float64, error) {
 	dbURL, err := b.env.create(ctx, schemaRiver)
 	if err != nil {
@@ -121,41 +123,77 @@ func (b *bench) riverDrain(ctx context.Context, v riverVariant, n int, analyzed,
 			return 0, err
 		}
 		defer billingPool.Close()
+		if err := installReceiptStamp(ctx, billingPool); err != nil {
+			return 0, err
+		}
 	}
 	client, err := newRiver(pool, billingPool, v)
 	if err != nil {
 		return 0, err
 	}
-	params := make([]river.InsertManyParams, 0, 5000)
-	for i := 0; i < n; i++ {
-		var args river.JobArgs = noopArgs{}
-		if consume {
-			args = consumeArgs{ID: uuid.New(), Org: orgID(i % orgs)}
-		}
-		params = append(params, river.InsertManyParams{Args: args})
-		if len(params) == cap(params) || i == n-1 {
-			if _, err := client.InsertManyFast(ctx, params); err != nil {
-				return 0, fmt.Errorf("river preload: %w", err)
-			}
-			params = params[:0]
-		}
-	}
-	if analyzed {
-		if err := analyze(ctx, pool, "river_job"); err != nil {
-			return 0, err
-		}
-	}
-	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return 0, err
 	}
-	end, left, err := waitCount(ctx, pool, riverPendingSQL, b.opt.drainLimit)
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	stopErr := client.Stop(stopCtx)
-	rate, err := b.drainRate(fmt.Sprintf("%s drain of %d", v.name, n), n, start, end, left, err)
-	if err == nil && stopErr != nil {
-		return 0, stopErr
+	stopped := false
+	stop := func() error {
+		stopped = true
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return client.Stop(stopCtx)
 	}
-	return rate, err
+	defer func() {
+		if !stopped {
+			_ = stop() // an error path: the database is dropped anyway
+		}
+	}()
+	endPool, endSQL := pool, riverEndSQL
+	if consume {
+		endPool, endSQL = billingPool, receiptsEndSQL
+	}
+	if _, err := warmUp(ctx, func() (time.Time, error) {
+		var args river.JobArgs = noopArgs{}
+		if consume {
+			args = consumeArgs{ID: uuid.New(), Org: orgID(0)}
+		}
+		return commitBacklog(ctx, pool, "", func(tx pgx.Tx) error {
+			_, err := client.InsertTx(ctx, tx, args, nil)
+			return err
+		})
+	}, noRow(ctx, pool, riverPendingProbe), stampOf(ctx, endPool, endSQL)); err != nil {
+		return 0, err
+	}
+	analyzeTable := ""
+	if analyzed {
+		analyzeTable = "river_job"
+	}
+	start, err := commitBacklog(ctx, pool, analyzeTable, func(tx pgx.Tx) error {
+		params := make([]river.InsertManyParams, 0, 5000)
+		for i := 0; i < n; i++ {
+			var args river.JobArgs = noopArgs{}
+			if consume {
+				args = consumeArgs{ID: uuid.New(), Org: orgID(i % orgs)}
+			}
+			params = append(params, river.InsertManyParams{Args: args})
+			if len(params) == cap(params) || i == n-1 {
+				if _, err := client.InsertManyFastTx(ctx, tx, params); err != nil {
+					return fmt.Errorf("river backlog: %w", err)
+				}
+				params = params[:0]
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	probe := drainProbe{pool: pool, probe: riverPendingProbe, countLeft: riverPendingCountSQL, endPool: endPool, endSQL: endSQL}
+	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
+	rate, err := b.drainRate(fmt.Sprintf("%s drain of %d", v.name, n), n, start, end, left, err)
+	if err != nil {
+		return 0, err
+	}
+	if err := stop(); err != nil {
+		return 0, err
+	}
+	return rate, nil
 }

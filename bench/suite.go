@@ -27,6 +27,7 @@ type bench struct {
 	pgbenchPath string
 	nats        *natsRows // nil: no NATS rows
 	natsOK      bool
+	pairSQL     *pairSQL // the relay's statements, captured at the pair reference's first run
 }
 
 var workloadNames = []string{"noop", "scale", "consumer", "http", "latency", "producer", "claim"}
@@ -47,7 +48,7 @@ func (b *bench) want(w string) bool {
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
 	began := time.Now()
-	cfg, err := relayConfig(o.relaySet)
+	cfg, err := relayConfig(os.LookupEnv, o.relaySet)
 	if err != nil {
 		return err
 	}
@@ -99,6 +100,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		b.res.note("NATS rows not run (no -nats flag)")
 	}
 
+	b.res.note("drains are timed by the database: from the clock_timestamp() read last in the transaction that commits the backlog (the system started and warmed up before it) to the last effect's stamp (processed_at / finalized_at for no-op work, billing_receipts.bench_at for a consumer)")
+	b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
+	b.res.note("latency percentiles are over every event offered: an event never applied (send skipped or failed, or not applied within -latency-grace) counts as beyond any latency, and a percentile that falls among them prints inf")
 	for round := 1; round <= o.rounds; round++ {
 		logf("round %d of %d", round, o.rounds)
 		if err := b.round(ctx); err != nil {
@@ -110,7 +114,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			return fmt.Errorf("claim cost: %w", err)
 		}
 	}
-	writeReport(out, e.machine(ctx), o, b.res, b.rows(), time.Since(began))
+	m := e.machine(ctx)
+	m.Relay = fmt.Sprintf("ClaimSize=%d Workers=%d Notify=%t PollInterval=%s HandlerTimeout=%s Lease=%s (labeling's configuration from this environment; -relay-set %q on the in-process relays only)",
+		cfg.ClaimSize, cfg.Workers, cfg.Notify, cfg.PollInterval, cfg.HandlerTimeout, cfg.Lease, o.relaySet)
+	writeReport(out, m, o, b.res, b.rows(), time.Since(began))
 	return nil
 }
 
@@ -122,7 +129,7 @@ func (b *bench) round(ctx context.Context) error {
 	}
 	var steps []step
 	drains := func(prefix string, n int, analyzed bool) {
-		steps = append(steps, step{prefix + "/project", func() (float64, error) { return b.projectDrain(ctx, n, analyzed, noopSubs) }})
+		steps = append(steps, step{prefix + "/project", func() (float64, error) { return b.projectDrain(ctx, n, analyzed, nil, noopSubs) }})
 		for _, v := range riverVariants {
 			steps = append(steps, step{prefix + "/" + v.name, func() (float64, error) { return b.riverDrain(ctx, v, n, analyzed, false) }})
 		}
@@ -140,7 +147,7 @@ func (b *bench) round(ctx context.Context) error {
 		for _, v := range riverVariants {
 			steps = append(steps, step{"consumer/" + v.name, func() (float64, error) { return b.riverDrain(ctx, v, b.opt.consumerBacklog, false, true) }})
 		}
-		for _, c := range []int{1, 16} {
+		for _, c := range pgbenchClients {
 			steps = append(steps, step{"consumer/pgbench-" + strconv.Itoa(c), func() (float64, error) {
 				dbURL, err := b.env.create(ctx, schemaBilling)
 				if err != nil {
@@ -148,6 +155,11 @@ func (b *bench) round(ctx context.Context) error {
 				}
 				defer b.env.drop(context.WithoutCancel(ctx), dbURL)
 				return b.pgbench(ctx, dbURL, consumerScript, c, b.opt.pgbenchDuration)
+			}})
+		}
+		for _, c := range pgbenchClients {
+			steps = append(steps, step{"consumer/pgbench-pair-" + strconv.Itoa(c), func() (float64, error) {
+				return b.pairPgbench(ctx, c, b.opt.pgbenchDuration)
 			}})
 		}
 	}
@@ -226,60 +238,82 @@ func (b *bench) latencyRound(ctx context.Context) error {
 	return nil
 }
 
-// rows is the table: each figure of the project beside its references.
+// pgbenchClients are the client counts of both pgbench references.
+var pgbenchClients = []int{1, 4, 16}
+
+// riverTuned is the River every ratio is to; riverDefaults (FetchCooldown
+// 100ms caps it near 1,000 jobs/s) is printed beside it for information only.
+const (
+	riverTuned    = "river-1ms"
+	riverDefaults = "river"
+)
+
+// rows is the table: each figure of the project beside its references. River
+// at its defaults is an Info row: shown, never a ratio.
 func (b *bench) rows() []row {
 	var rs []row
-	vs := func(fig, unit, p string, refs ...[2]string) {
+	add := func(fig, unit, p string, refs ...row) {
 		for _, r := range refs {
-			rs = append(rs, row{Figure: fig, Unit: unit, Project: p, RefName: r[0], Ref: r[1]})
+			r.Figure, r.Unit, r.Project = fig, unit, p
+			rs = append(rs, r)
 		}
 	}
-	rivers := func(prefix string) [][2]string {
-		var refs [][2]string
-		for _, v := range riverVariants {
-			refs = append(refs, [2]string{v.name, prefix + "/" + v.name})
+	ref := func(name, key string) row { return row{RefName: name, Ref: key} }
+	rivers := func(prefix string) []row {
+		return []row{
+			ref("River tuned (FetchCooldown 1ms)", prefix+"/"+riverTuned),
+			{RefName: "River defaults (information)", Ref: prefix + "/" + riverDefaults, Info: true},
 		}
-		return refs
 	}
-	vs(fmt.Sprintf("no-op drain %d, not analyzed", b.opt.backlog), "rows/s", "noop/raw/project", rivers("noop/raw")...)
-	vs(fmt.Sprintf("no-op drain %d, analyzed", b.opt.backlog), "rows/s", "noop/analyzed/project", rivers("noop/analyzed")...)
+	add(fmt.Sprintf("no-op drain %d, not analyzed", b.opt.backlog), "rows/s", "noop/raw/project", rivers("noop/raw")...)
+	add(fmt.Sprintf("no-op drain %d, analyzed", b.opt.backlog), "rows/s", "noop/analyzed/project", rivers("noop/analyzed")...)
 	an := "not analyzed"
 	if b.opt.scaleAnalyzed {
 		an = "analyzed"
 	}
-	vs(fmt.Sprintf("no-op drain %d, %s", b.opt.small, an), "rows/s", "scale/small/project", rivers("scale/small")...)
-	vs(fmt.Sprintf("no-op drain %d, %s", b.opt.big, an), "rows/s", "scale/big/project", rivers("scale/big")...)
-	vs(fmt.Sprintf("drain rate %d / rate %d", b.opt.big, b.opt.small), "ratio", "scale/ratio/project", rivers("scale/ratio")...)
-	consumerRefs := append(rivers("consumer"), [2]string{"pgbench 1 client", "consumer/pgbench-1"}, [2]string{"pgbench 16 clients", "consumer/pgbench-16"})
-	vs(fmt.Sprintf("consumer drain %d, in process (Apply)", b.opt.consumerBacklog), "events/s", "consumer/project", consumerRefs...)
-	vs(fmt.Sprintf("consumer drain %d, HTTP, real binaries", b.opt.httpBacklog), "events/s", "consumer/http",
-		append([][2]string{{"project in process", "consumer/project"}}, consumerRefs...)...)
-	vs(fmt.Sprintf("consumer drain %d, NATS, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats",
-		[2]string{"project HTTP", "consumer/http"}, [2]string{"river", "consumer/river"})
+	add(fmt.Sprintf("no-op drain %d, %s", b.opt.small, an), "rows/s", "scale/small/project", rivers("scale/small")...)
+	add(fmt.Sprintf("no-op drain %d, %s", b.opt.big, an), "rows/s", "scale/big/project", rivers("scale/big")...)
+	add(fmt.Sprintf("drain rate %d / rate %d", b.opt.big, b.opt.small), "ratio", "scale/ratio/project", rivers("scale/ratio")...)
+	consumerRefs := rivers("consumer")
+	for _, c := range pgbenchClients {
+		consumerRefs = append(consumerRefs, ref(fmt.Sprintf("pgbench billing txn, %d client(s)", c), fmt.Sprintf("consumer/pgbench-%d", c)))
+	}
+	for _, c := range pgbenchClients {
+		consumerRefs = append(consumerRefs, ref(fmt.Sprintf("pgbench pair's SQL per event, %d client(s)", c), fmt.Sprintf("consumer/pgbench-pair-%d", c)))
+	}
+	add(fmt.Sprintf("consumer drain %d, in process (Apply)", b.opt.consumerBacklog), "events/s", "consumer/project", consumerRefs...)
+	add(fmt.Sprintf("consumer drain %d, HTTP, real binaries", b.opt.httpBacklog), "events/s", "consumer/http",
+		append([]row{ref("project in process", "consumer/project")}, consumerRefs...)...)
+	add(fmt.Sprintf("consumer drain %d, NATS, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats",
+		append([]row{ref("project HTTP", "consumer/http")}, consumerRefs...)...)
 	for _, rate := range b.opt.rates {
-		for _, m := range []struct{ key, unit string }{{"p50", "ms"}, {"p99", "ms"}, {"max", "ms"}, {"backlog", "rows at end"}, {"achieved", "events/s"}} {
+		for _, m := range []struct{ key, unit string }{
+			{"p50", "ms"}, {"p99", "ms"}, {"max", "ms"},
+			{"unapplied", "events offered, never applied"}, {"skipped", "sends skipped"},
+			{"backlog", "rows at end"}, {"achieved", "events/s"},
+		} {
 			k := func(sys string) string { return fmt.Sprintf("lat/%s/%d/%s", sys, rate, m.key) }
-			var refs [][2]string
-			for _, v := range riverVariants {
-				refs = append(refs, [2]string{v.name, k(v.name)})
+			latRivers := []row{
+				ref("River tuned (FetchCooldown 1ms)", k(riverTuned)),
+				{RefName: "River defaults (information)", Ref: k(riverDefaults), Info: true},
 			}
-			vs(fmt.Sprintf("latency @%d/s %s, in process", rate, m.key), m.unit, k("project"), refs...)
-			vs(fmt.Sprintf("latency @%d/s %s, HTTP binaries", rate, m.key), m.unit, k("project-http"),
-				[2]string{"project in process", k("project")}, [2]string{"river", k("river")})
-			vs(fmt.Sprintf("latency @%d/s %s, NATS binaries", rate, m.key), m.unit, k("project-nats"),
-				[2]string{"project HTTP", k("project-http")})
+			add(fmt.Sprintf("latency @%d/s %s, in process", rate, m.key), m.unit, k("project"), latRivers...)
+			add(fmt.Sprintf("latency @%d/s %s, HTTP binaries", rate, m.key), m.unit, k("project-http"),
+				append([]row{ref("project in process", k("project"))}, latRivers...)...)
+			add(fmt.Sprintf("latency @%d/s %s, NATS binaries", rate, m.key), m.unit, k("project-nats"),
+				ref("project HTTP", k("project-http")))
 		}
 	}
 	for _, p := range []string{"1", "16"} {
-		vs("producer txn, "+p+" producer(s)", "appends/s", "producer/"+p+"/project", [2]string{"pgbench " + p + " client(s)", "producer/" + p + "/pgbench"})
+		add("producer txn, "+p+" producer(s)", "appends/s", "producer/"+p+"/project", ref("pgbench "+p+" client(s)", "producer/"+p+"/pgbench"))
 	}
 	for _, m := range []struct{ key, name, unit string }{
 		{"claimstmt", "claim statement, median", "ms"}, {"claimfirst", "claim statement, first", "ms"},
 		{"settlestmt", "settle statement, median", "ms"},
 		{"batch", "RunOnce batch, median", "ms"}, {"first", "RunOnce batch, first", "ms"}, {"row", "RunOnce per row", "µs"},
 	} {
-		vs(fmt.Sprintf("claim+settle, %d settled rows not vacuumed, %s", b.opt.settled, m.name), m.unit,
-			"claim/notvacuumed/"+m.key, [2]string{"vacuumed", "claim/vacuumed/" + m.key})
+		add(fmt.Sprintf("claim+settle, %d settled rows not vacuumed, %s", b.opt.settled, m.name), m.unit,
+			"claim/notvacuumed/"+m.key, ref("vacuumed", "claim/vacuumed/"+m.key))
 	}
 	return rs
 }

@@ -49,6 +49,8 @@ type config struct {
 	transport          string            // EVENTS_TRANSPORT: transportHTTP (the default) or transportNATS
 	natsNodes          int               // JetStream servers with transportNATS: 1, or 3 for a cluster (R3 stream)
 	env                map[string]string // more variables for every process (e.g. OTEL_*)
+	pg                 *pgServer         // the scenario's own PostgreSQL cluster; nil: the shared test server (pgtest)
+	proxied            bool              // each service reaches its database through a blackholeProxy
 }
 
 func (c config) withDefaults() config {
@@ -89,6 +91,8 @@ type cluster struct {
 	labeling []*proc
 	nats     []*natsNode // the JetStream servers, with transportNATS
 	http     *http.Client
+	// With cfg.proxied, the proxies between each service and its database.
+	labProxy, billProxy *blackholeProxy
 
 	mu       sync.Mutex
 	requests int
@@ -103,14 +107,23 @@ func setup(t *testing.T, cfg config) *cluster {
 	require.LessOrEqual(t, cfg.handlerTimeout, cfg.lease,
 		"the contract's rule: handler timeout ≤ lease")
 	c := &cluster{
-		t:      t,
-		cfg:    cfg,
-		labDB:  pgtest.New(t, migrations.Labeling),
-		billDB: pgtest.New(t, migrations.Billing),
+		t:   t,
+		cfg: cfg,
 		http: &http.Client{
 			Timeout:   5 * time.Second,
 			Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 5 * time.Second},
 		},
+	}
+	if cfg.pg != nil {
+		// Empty: each service migrates its own at its first start.
+		c.labDB, c.billDB = cfg.pg.newDB(t, "labeling"), cfg.pg.newDB(t, "billing")
+	} else {
+		c.labDB, c.billDB = pgtest.New(t, migrations.Labeling), pgtest.New(t, migrations.Billing)
+	}
+	labURL, billURL := c.labDB.URL, c.billDB.URL
+	if cfg.proxied {
+		c.labProxy, labURL = proxyTo(t, labURL)
+		c.billProxy, billURL = proxyTo(t, billURL)
 	}
 	tally.add(func(s *counts) { s.scenarios++ })
 	// Registered after pgtest's cleanups, so it runs before the databases are
@@ -118,7 +131,7 @@ func setup(t *testing.T, cfg config) *cluster {
 	t.Cleanup(c.teardown)
 
 	billingEnv := map[string]string{
-		"DATABASE_URL": appURL(t, c.billDB.URL, "e2e-billing"),
+		"DATABASE_URL": appURL(t, billURL, "e2e-billing"),
 		"EVENTS_TOKEN": eventsToken,
 	}
 	natsEnv := map[string]string{}
@@ -144,7 +157,7 @@ func setup(t *testing.T, cfg config) *cluster {
 			name = fmt.Sprintf("labeling-%d", i+1)
 		}
 		p := newProc(t, name, labelingBin, map[string]string{
-			"DATABASE_URL":               appURL(t, c.labDB.URL, "e2e-labeling"),
+			"DATABASE_URL":               appURL(t, labURL, "e2e-labeling"),
 			"EVENTS_TOKEN":               eventsToken,
 			"BILLING_URL":                c.billing.url(),
 			"OUTBOX_POLL_INTERVAL":       "50ms",
@@ -209,6 +222,17 @@ func appURL(t *testing.T, raw, app string) string {
 	q.Set("application_name", app)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// proxyTo starts a blackholeProxy to the server of the database URL raw and
+// returns it with raw rewritten to connect through it.
+func proxyTo(t *testing.T, raw string) (*blackholeProxy, string) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	p := startProxy(t, u.Host)
+	u.Host = p.addr()
+	return p, u.String()
 }
 
 // freeAddr returns a loopback address whose port was free a moment ago.

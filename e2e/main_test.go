@@ -69,8 +69,16 @@ type counts struct {
 	// publishes JetStream acked as duplicates (absorbed by the broker's window)
 	brokerDuplicates int
 	natsScenarios    int // scenarios run over the NATS transport
-	convergence      time.Duration
-	slowest          string
+	dbCrashes        int // SIGKILLs of a scenario's whole PostgreSQL cluster
+	dbProcsKilled    int // PostgreSQL processes those crashes killed (postmaster and children)
+	partitions       int // partitions between the services and their databases
+	partition503s    int // probe requests answered 503 during a partition
+	slowest503       time.Duration
+	partitionStop    time.Duration // the longest SIGTERM-to-exit during a partition
+	// the longest from a heal until both services work again, unrestarted
+	partitionRecovery time.Duration
+	convergence       time.Duration
+	slowest           string
 }
 
 func (c *counts) add(f func(c *counts)) {
@@ -90,6 +98,9 @@ func (c *counts) summary(build, total time.Duration) string {
 	s += fmt.Sprintf("kills (SIGKILL, incl. failpoint exits): %d\n", c.kills)
 	s += fmt.Sprintf("SIGTERMs:                     %d\n", c.terms)
 	s += fmt.Sprintf("database backends terminated: %d\n", c.cuts)
+	s += fmt.Sprintf("database crashes:             %d (SIGKILL of every PostgreSQL process: %d killed; restarted on the same data)\n", c.dbCrashes, c.dbProcsKilled)
+	s += fmt.Sprintf("database partitions:          %d (blackholed TCP: %d probes answered 503, slowest %s; longest recovery after a heal %s; longest SIGTERM stop in one %s)\n",
+		c.partitions, c.partition503s, c.slowest503.Round(time.Millisecond), c.partitionRecovery.Round(time.Millisecond), c.partitionStop.Round(time.Millisecond))
 	s += fmt.Sprintf("requests sent:                %d\n", c.requests)
 	s += fmt.Sprintf("events (outbox rows):         %d\n", c.events)
 	s += fmt.Sprintf("duplicates absorbed by receipts: %d (billing_events_total{outcome=\"already_applied\"})\n", c.duplicates)

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Every drain is timed the same way, for every system, by the database's clock:
+//
+//   - The system is started first, on an empty table (the pair over HTTP or
+//     NATS has answered /readyz), and warmed up (warmUp) until an item
+//     committed with its wake-up is done at once, so no start-up is in the
+//     figure.
+//   - The backlog is committed in one transaction (commitBacklog), with the
+//     wake-up a producer sends (the relay's pg_notify, River's insert
+//     notification), and with ANALYZE inside it for an "analyzed" drain:
+//     ANALYZE counts the rows of its own transaction, so the statistics describe
+//     the backlog and commit with it. The drain's clock starts at the
+//     clock_timestamp() read last in that transaction: the first row is
+//     available at the commit right after it.
+//   - The clock stops at the last effect, as the system recorded it in the row:
+//     for a no-op drain the time the last row's work ended (the relay's
+//     processed_at, River's finalized_at: both the worker's clock, before the
+//     batched settle or completer flush, so neither system's flush tail is in
+//     the figure); for a consumer drain the clock_timestamp() that
+//     billing_receipts.bench_at takes in the consumer's own transaction.
+//   - Completion is polled every 20ms with probes that stay on an index
+//     (pendingProbe, riverPendingProbe): the probes decide when to read the
+//     end stamps, they are not the clock.
+
+// pendingProbe returns a row while any outbox row is pending. ORDER BY the
+// pending index's key keeps it on outbox_events_pending_idx analyzed or not; an
+// EXISTS would be planned for its first row and, once ANALYZE says the table is
+// all backlog, become a sequential scan through the settled rows at its front.
+const pendingProbe = `SELECT 1 FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL ORDER BY created_at LIMIT 1`
+
+// riverPendingProbe returns a row while any River job is not finalized: one
+// probe per unfinished state, each ordered by river_job_prioritized_fetching_index
+// (state, queue, priority, scheduled_at, id) so that it stays on that index.
+var riverPendingProbe = func() string {
+	q := ""
+	for i, s := range []string{"available", "running", "retryable", "scheduled", "pending"} {
+		if i > 0 {
+			q += "\nUNION ALL "
+		}
+		q += "(SELECT 1 FROM river_job WHERE state = '" + s + "' ORDER BY queue, priority, scheduled_at, id LIMIT 1)"
+	}
+	return q + "\nLIMIT 1"
+}()
+
+const (
+	pendingCountSQL      = `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL`
+	riverPendingCountSQL = `SELECT count(*) FROM river_job WHERE finalized_at IS NULL`
+	receiptsCountSQL     = `SELECT count(*) FROM billing_receipts`
+
+	// The end stamps (see above).
+	noopEndSQL     = `SELECT to_timestamp(max(processed_at) / 1000.0) FROM outbox_events`
+	riverEndSQL    = `SELECT max(finalized_at) FROM river_job`
+	receiptsEndSQL = `SELECT max(bench_at) FROM billing_receipts`
+
+	// stampReceiptsColumn gives billing_receipts the consumer's commit-side
+	// stamp: a default, so billing's own INSERT (which names its columns) fills
+	// it in its own transaction, at no extra statement or row.
+	stampReceiptsColumn = `ALTER TABLE billing_receipts ADD COLUMN bench_at timestamptz NOT NULL DEFAULT clock_timestamp()`
+
+	// notifyOutbox is the wake-up a relay's Nudge broadcasts (infra/outbox
+	// listen.go) to the relays that LISTEN (Config.Notify, OUTBOX_NOTIFY).
+	notifyOutbox = `SELECT pg_notify('outbox_events', '')`
+)
+
+// commitBacklog runs fill in one transaction, then (if analyzeTable is set)
+// ANALYZE in it, reads the server's clock_timestamp() and commits. The clock
+// reading is the drain's start.
+func commitBacklog(ctx context.Context, pool *pgxpool.Pool, analyzeTable string, fill func(pgx.Tx) error) (time.Time, error) {
+	var start time.Time
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := fill(tx); err != nil {
+			return err
+		}
+		if analyzeTable != "" {
+			if _, err := tx.Exec(ctx, "ANALYZE "+pgx.Identifier{analyzeTable}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		return tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&start)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("commit backlog: %w", err)
+	}
+	return start, nil
+}
+
+// createdAhead is how far after the backlog's transaction began its rows'
+// created_at start. The relay's scan floor rises to its clock less 2s on every
+// claim that finds nothing (infra/outbox claim.go), and it claims while the
+// backlog is being written: rows stamped at the transaction's start would lie
+// below the floor if the transaction took longer than that.
+const createdAhead = time.Minute
+
+// fillOutbox inserts n pending RuleActivated rows as Append writes them
+// (payload {"orgId","ruleId"}), 1ms apart from createdAhead on, all available
+// from the transaction's start, then sends the relays' wake-up (delivered at
+// the commit).
+func fillOutbox(ctx context.Context, tx pgx.Tx, n int) error {
+	now := time.Now()
+	base := now.Add(createdAhead).UnixMilli()
+	for start := 0; start < n; start += 50000 {
+		end := min(n, start+50000) - 1
+		_, err := tx.Exec(ctx, `
+			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+			SELECT gen_random_uuid(), 'RuleActivated',
+				jsonb_build_object('orgId', md5('org' || (i % $3))::uuid, 'ruleId', gen_random_uuid()),
+				$1::bigint + i, $4::bigint, 0
+			FROM generate_series($2::int, $5::int) AS i`, base, start, orgs, now.UnixMilli(), end)
+		if err != nil {
+			return fmt.Errorf("fill outbox: %w", err)
+		}
+	}
+	_, err := tx.Exec(ctx, notifyOutbox)
+	return err
+}
+
+// drainProbe is how a drain knows it is done and when it ended.
+type drainProbe struct {
+	pool      *pgxpool.Pool // where the probe and the count run
+	probe     string        // a row while work is pending
+	countLeft string        // rows left, read only when the drain is cut off
+	// effects, when set, must hold n rows before the drain is done (the NATS
+	// consumer applies after the relay settled): counted only once the probe
+	// found nothing pending.
+	effects    *pgxpool.Pool
+	effectsSQL string
+	warmed     int           // receipts the warm-up left, counted by effectsSQL too
+	endPool    *pgxpool.Pool // where endSQL runs
+	endSQL     string
+}
+
+// wait polls until the drain is done, ctx ends, or limit passes (errLimit,
+// with the rows left and the server's clock as the end).
+func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end time.Time, left int64, err error) {
+	deadline := time.Now().Add(limit)
+	for {
+		done, err := p.done(ctx, n)
+		if err != nil {
+			return time.Time{}, 0, err
+		}
+		if done {
+			var end *time.Time
+			if err := p.endPool.QueryRow(ctx, p.endSQL).Scan(&end); err != nil {
+				return time.Time{}, 0, fmt.Errorf("end stamp: %w", err)
+			}
+			if end == nil {
+				return time.Time{}, 0, errors.New("end stamp: no row was stamped")
+			}
+			return *end, 0, nil
+		}
+		if time.Now().After(deadline) {
+			if p.effects != nil {
+				var got int64
+				if err := p.effects.QueryRow(ctx, p.effectsSQL).Scan(&got); err != nil {
+					return time.Time{}, 0, err
+				}
+				left = int64(n+p.warmed) - got
+			} else if err := p.pool.QueryRow(ctx, p.countLeft).Scan(&left); err != nil {
+				return time.Time{}, 0, err
+			}
+			if err := p.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&end); err != nil {
+				return time.Time{}, 0, err
+			}
+			return end, max(left, 1), errLimit
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (p drainProbe) done(ctx context.Context, n int) (bool, error) {
+	var one int
+	err := p.pool.QueryRow(ctx, p.probe).Scan(&one)
+	switch {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("probe: %w", err)
+	case p.effects == nil:
+		return true, nil
+	}
+	var got int64
+	if err := p.effects.QueryRow(ctx, p.effectsSQL).Scan(&got); err != nil {
+		return false, err
+	}
+	return got >= int64(n+p.warmed), nil
+}
+
+// installReceiptStamp adds billing_receipts.bench_at to a billing database.
+func installReceiptStamp(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, stampReceiptsColumn)
+	return err
+}
+
+// warmUp makes sure the system's wake-up path works before the clock starts:
+// a system's LISTEN connection opens after it starts, and a backlog committed
+// before it listens would wait for the next poll (1s for the relay and River
+// alike), a second that has nothing to do with either's speed. It commits one
+// item at a time (commit, which returns the commit's stamp) until one is done
+// (done) with its effect stamped (end) within warmFast of its commit, which
+// only a notification makes likely, and returns how many it committed. The
+// items also warm the pools and connections the drain then uses.
+func warmUp(ctx context.Context, commit func() (time.Time, error), done func() (bool, error), end func() (time.Time, error)) (int, error) {
+	for i := 1; i <= warmTries; i++ {
+		start, err := commit()
+		if err != nil {
+			return i - 1, fmt.Errorf("warm-up: %w", err)
+		}
+		deadline := time.Now().Add(warmWait)
+		for {
+			ok, err := done()
+			if err != nil {
+				return i, fmt.Errorf("warm-up: %w", err)
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return i, fmt.Errorf("warm-up: item %d not done within %s", i, warmWait)
+			}
+			select {
+			case <-ctx.Done():
+				return i, ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		stamped, err := end()
+		if err != nil {
+			return i, fmt.Errorf("warm-up: %w", err)
+		}
+		if stamped.Sub(start) < warmFast {
+			return i, nil
+		}
+	}
+	return warmTries, fmt.Errorf("warm-up: no item of %d took effect within %s of its commit: is the system's wake-up (LISTEN/NOTIFY) off?", warmTries, warmFast)
+}
+
+// stampOf is end() for warmUp: the end stamp query's value.
+func stampOf(ctx context.Context, pool *pgxpool.Pool, endSQL string) func() (time.Time, error) {
+	return func() (time.Time, error) {
+		var at *time.Time
+		if err := pool.QueryRow(ctx, endSQL).Scan(&at); err != nil {
+			return time.Time{}, err
+		}
+		if at == nil {
+			return time.Time{}, errors.New("no effect stamped")
+		}
+		return *at, nil
+	}
+}
+
+const (
+	warmTries = 20
+	warmWait  = 10 * time.Second
+	// warmFast is well under the 1s poll interval of both systems and above
+	// River's default FetchCooldown (100ms), commit to effect by the stamps.
+	warmFast = 150 * time.Millisecond
+)
+
+// noRow is done() for a probe: true when the probe returns no row.
+func noRow(ctx context.Context, pool *pgxpool.Pool, probe string) func() (bool, error) {
+	return func() (bool, error) {
+		var one int
+		err := pool.QueryRow(ctx, probe).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return true, nil
+		}
+		return false, err
+	}
+}
+
+// countAtLeast is done() for the NATS pair: billing holds at least *n receipts.
+func countAtLeast(ctx context.Context, pool *pgxpool.Pool, n *int) func() (bool, error) {
+	return func() (bool, error) {
+		var got int
+		err := pool.QueryRow(ctx, receiptsCountSQL).Scan(&got)
+		return got >= *n, err
+	}
+}
