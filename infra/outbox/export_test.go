@@ -1,5 +1,7 @@
 package outbox
 
+import "github.com/jackc/pgx/v5/pgxpool"
+
 // The statements, for the EXPLAIN tests.
 const SettleSQL = settleSQL
 
@@ -8,3 +10,6 @@ func ClaimSQL(claimSize int) string { return claimSQL(claimSize) }
 
 // LoopDone is closed when the relay's claim loop has returned.
 func (r *Relay) LoopDone() <-chan struct{} { return r.done }
+
+// Pool is the relay's own pool.
+func (r *Relay) Pool() *pgxpool.Pool { return r.pool }

@@ -35,8 +35,9 @@ func TestNewRelay(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig()
 		cfg.ClaimSize, cfg.Workers, cfg.HandlerTimeout, cfg.Lease = 100, 40, 30*time.Second, 5*time.Minute
-		_, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
+		r, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
 		require.NoError(t, err)
+		require.NoError(t, r.Stop(ctxT(t)))
 	})
 
 	t.Run("rejects values that are not positive, naming them", func(t *testing.T) {
