@@ -41,7 +41,7 @@ type config struct {
 	replicas           int               // labeling processes on the one labeling database
 	claimSize          int               // OUTBOX_CLAIM_SIZE
 	handlerTimeout     time.Duration     // OUTBOX_HANDLER_TIMEOUT
-	lease              time.Duration     // OUTBOX_LEASE; claimSize × handlerTimeout ≤ lease
+	lease              time.Duration     // OUTBOX_LEASE; handlerTimeout ≤ lease
 	maxAttempts        int               // OUTBOX_MAX_ATTEMPTS
 	labelingFailpoints string            // FAILPOINTS of the first start of every labeling process
 	billingFailpoints  string            // FAILPOINTS of billing's first start
