@@ -134,7 +134,13 @@ const (
 	// DefaultWorkers is OUTBOX_WORKERS's default: rows in flight per relay. Billing
 	// commits once per event, so its throughput grows with the deliveries it is
 	// given at once (group commit); 40 keeps its pool busy with room to spare.
-	DefaultWorkers    = 40
+	DefaultWorkers = 40
+	// DefaultClaimSize is OUTBOX_CLAIM_SIZE's default, OUTBOX_WORKERS's: a claim
+	// never takes more rows than the relay has free workers, so a larger claim
+	// size changes nothing at the default workers, and with this one a relay
+	// whose workers are all free fills them in one statement. It was 10 until
+	// issue 20, when the lease rule was claim size × handler timeout ≤ lease.
+	DefaultClaimSize  = DefaultWorkers
 	MaxAttempts       = 1000
 	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
 	maxDBTimeout      = time.Hour
@@ -179,7 +185,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		EventsToken:        r.required("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
 		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
-		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10, MaxClaimSize),
+		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", DefaultClaimSize, MaxClaimSize),
 		Workers:            r.positiveInt("OUTBOX_WORKERS", DefaultWorkers, MaxClaimSize),
 		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second, maxOutboxDuration),
 		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute, maxDuration),

@@ -34,7 +34,7 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, ":8080", c.HTTPAddr)
 		require.Equal(t, "http://localhost:8081", c.BillingURL)
 		require.Equal(t, time.Second, c.PollInterval)
-		require.Equal(t, 10, c.ClaimSize)
+		require.Equal(t, 40, c.ClaimSize)
 		require.Equal(t, 30*time.Second, c.HandlerTimeout)
 		require.Equal(t, 5*time.Minute, c.Lease)
 		require.Equal(t, 10, c.MaxAttempts)
