@@ -18,9 +18,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,19 +47,32 @@ const (
 	retryMax  = 5 * time.Second
 )
 
+// ConnectConfig is how a service authenticates to the servers of its URL.
+// Credentials in the URL (nats://user:password@host or nats://token@host) are
+// nats.go's own and need nothing here; a tls:// URL makes the connection TLS,
+// verified against the system's roots (SSL_CERT_FILE names another bundle).
+type ConnectConfig struct {
+	URL   string // NATS_URL; several servers separated by commas
+	Creds string // NATS_CREDS: a credentials file (user JWT and nkey seed), or empty
+}
+
 // connect opens a connection that never gives up: the first attempt failing is
 // not an error (it keeps retrying in the background), reconnects are unlimited,
 // and nothing is buffered while disconnected, so a publish then fails at once
 // and its row is retried by the relay instead of waiting in a client buffer.
-func connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+// A credentials file is read and checked here, so a bad one stops start-up
+// instead of failing every reconnect in the background. Replies come to
+// _INBOX_<name>.>, so a server's permissions can give each service its own.
+func connect(cc ConnectConfig, name string, logger *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
 		nats.Name(name),
+		nats.CustomInboxPrefix(InboxPrefix(name)),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.ReconnectBufSize(-1),
-		nats.Timeout(2*time.Second),
+		nats.Timeout(2 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("nats disconnected", "err", errText(err))
 		}),
@@ -66,11 +82,46 @@ func connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			logger.Info("nats connected", "server", nc.ConnectedUrlRedacted())
 		}),
-	)
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			// Permission violations arrive here: a server's configuration refusing
+			// what this service needs is an operator's to fix, and must be visible.
+			logger.Error("nats error", "err", errText(err))
+		}),
+	}
+	if cc.Creds != "" {
+		if err := checkCreds(cc.Creds); err != nil {
+			return nil, fmt.Errorf("NATS_CREDS: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(cc.Creds))
+	}
+	nc, err := nats.Connect(cc.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
 	return nc, nil
+}
+
+// InboxPrefix is the prefix of the reply subjects of a connection named name
+// ("labeling", or a consumer's durable): a server's permissions let each user
+// subscribe to its own replies only.
+func InboxPrefix(name string) string { return "_INBOX_" + name }
+
+// checkCreds reads a credentials file as nats.go will on every connect, so a
+// missing or malformed file is refused at start.
+func checkCreds(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if jwt, err := nkeys.ParseDecoratedJWT(b); err != nil || strings.Count(jwt, ".") != 2 {
+		return fmt.Errorf("%s: no user JWT", path)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return fmt.Errorf("%s: no nkey seed: %w", path, err)
+	}
+	kp.Wipe()
+	return nil
 }
 
 func errText(err error) string {
