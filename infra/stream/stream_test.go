@@ -178,6 +178,9 @@ func TestPublisher(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "labeling.events.RuleActivated", raw.Subject)
 		require.Equal(t, m.ID.String(), raw.Header.Get(nats.MsgIdHdr))
+		require.NoError(t, stream.Verify(key, raw.Subject, m.ID.String(), raw.Data, raw.Header.Get(stream.SignatureHeader)),
+			"signed with the key over subject, id and body")
+		require.Regexp(t, `^v1=[0-9a-f]{64}$`, raw.Header.Get(stream.SignatureHeader))
 		require.JSONEq(t, `{"id":"`+m.ID.String()+`","type":"RuleActivated","occurredAt":1700000000000,"payload":{"orgId":"x"}}`, string(raw.Data))
 	})
 
