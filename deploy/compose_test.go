@@ -20,8 +20,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/moby/patternmatcher"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/moby/patternmatcher/ignorefile"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/modfile"
 
