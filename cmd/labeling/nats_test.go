@@ -2,11 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +25,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/stream"
@@ -163,4 +175,82 @@ func TestNATSRetention(t *testing.T) {
 		p.Signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())
 	})
+}
+
+// tlsNATSServer runs a JetStream server that speaks TLS only, with a
+// certificate for 127.0.0.1 from a CA of its own, whose PEM file it returns.
+func tlsNATSServer(t *testing.T) (*server.Server, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, TLS: true, TLSTimeout: 2,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}})
+	require.NoError(t, err)
+	s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "nats server ready")
+	t.Cleanup(s.Shutdown)
+	return s, ca
+}
+
+func TestNATSTLS(t *testing.T) {
+	t.Parallel()
+
+	for name, trusted := range map[string]bool{
+		"with tls:// and the server's CA trusted, labeling publishes over TLS":            true,
+		"with tls:// and a server certificate nobody vouches for, labeling never connects": false,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, ca := tlsNATSServer(t)
+			tlsURL := "tls://" + s.Addr().String()
+			db := pgtest.New(t, migrations.Labeling)
+			env := baseEnv(db.URL)
+			env["EVENTS_TRANSPORT"] = "nats"
+			env["NATS_URL"] = tlsURL
+			if trusted {
+				env["SSL_CERT_FILE"] = ca // Go's roots on Linux: the server's CA only
+			} else {
+				env["SSL_CERT_FILE"] = filepath.Join(t.TempDir(), "none.pem")
+			}
+			p := proctest.Start(t, binary(t), env, "serve")
+			p.ListenAddr(t)
+
+			pool := x509.NewCertPool()
+			pem, err := os.ReadFile(ca)
+			require.NoError(t, err)
+			require.True(t, pool.AppendCertsFromPEM(pem))
+			nc, err := nats.Connect(tlsURL, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+			require.NoError(t, err)
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			if trusted {
+				require.Eventually(t, func() bool {
+					_, err := js.Stream(context.Background(), stream.Name)
+					return err == nil
+				}, 30*time.Second, 50*time.Millisecond, "labeling made its stream over TLS")
+			} else {
+				require.Eventually(t, func() bool {
+					return strings.Contains(p.Output.String(), "x509: certificate signed by unknown authority")
+				}, 30*time.Second, 50*time.Millisecond, "labeling says why it cannot connect")
+				_, err := js.Stream(context.Background(), stream.Name)
+				require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing reached the server")
+			}
+			p.Signal(t, syscall.SIGTERM)
+			require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())
+		})
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,6 +65,7 @@ type ConnectConfig struct {
 // instead of failing every reconnect in the background. Replies come to
 // _INBOX_<name>.>, so a server's permissions can give each service its own.
 func connect(cc ConnectConfig, name string, logger *slog.Logger) (*nats.Conn, error) {
+	var failed throttle
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.CustomInboxPrefix(InboxPrefix(name)),
@@ -82,6 +84,14 @@ func connect(cc ConnectConfig, name string, logger *slog.Logger) (*nats.Conn, er
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			logger.Info("nats connected", "server", nc.ConnectedUrlRedacted())
 		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			// A wrong password, an untrusted certificate or a server that is
+			// down look alike from the outside: say which, without flooding the
+			// log on every attempt.
+			if failed.Every(30 * time.Second) {
+				logger.Warn("nats connect failed, retrying in the background", "err", errText(err))
+			}
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			// Permission violations arrive here: a server's configuration refusing
 			// what this service needs is an operator's to fix, and must be visible.
@@ -99,6 +109,23 @@ func connect(cc ConnectConfig, name string, logger *slog.Logger) (*nats.Conn, er
 		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
 	return nc, nil
+}
+
+// throttle says yes at most once an interval.
+type throttle struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// Every reports whether d has passed since it last said yes.
+func (t *throttle) Every(d time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now := time.Now(); t.last.IsZero() || now.Sub(t.last) >= d {
+		t.last = now
+		return true
+	}
+	return false
 }
 
 // InboxPrefix is the prefix of the reply subjects of a connection named name
