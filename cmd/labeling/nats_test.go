@@ -209,7 +209,7 @@ func TestNATSTLS(t *testing.T) {
 	t.Parallel()
 
 	for name, trusted := range map[string]bool{
-		"with tls:// and the server's CA trusted, labeling publishes over TLS":            true,
+		"with tls:// and the server's CA trusted, labeling publishes over TLS":             true,
 		"with tls:// and a server certificate nobody vouches for, labeling never connects": false,
 	} {
 		t.Run(name, func(t *testing.T) {
