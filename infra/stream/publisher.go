@@ -206,7 +206,7 @@ func (p *Publisher) ensure(ctx context.Context) error {
 		// A server before 2.10 cannot turn the limits stream of an earlier
 		// version into an interest one.
 		if st, serr := p.js.Stream(ctx, Name); serr == nil && st.CachedInfo().Config.Retention != jetstream.InterestPolicy {
-			return fmt.Errorf("%w (the update: %v)", ErrRetention, err)
+			return fmt.Errorf("%w (the update: %w)", ErrRetention, err)
 		}
 		return err
 	}
