@@ -1,11 +1,14 @@
 // Package stream is the NATS JetStream transport of the outbox (contract section
 // 7), the scale path beside infra/delivery's HTTP push. Labeling's relay publishes
 // each outbox row to the stream LABELING_EVENTS on labeling.events.<EventTag>, with
-// the row id as Nats-Msg-Id, and settles the row only after the publish ack: the
-// broker stores the message durably and drops a republish of the same id within
-// its duplicate window. Consumers (Billing first, any other team beside it) read
-// the stream with durable pull consumers and explicit acks, and ack only after
-// their own commit; a redelivery is theirs to absorb, by a receipt.
+// the row id as Nats-Msg-Id and an Events-Signature (Sign), and settles the row
+// only after the publish ack: the broker stores the message durably and drops a
+// republish of the same id within its duplicate window. Once settled, the row is
+// deleted at the outbox's retention, so the stream keeps each message until every
+// durable consumer has acked or terminated it (interest retention), never by age.
+// Consumers (Billing first, any other team beside it) read the stream with
+// durable pull consumers and explicit acks, verify the signature (Verify), and
+// ack only after their own commit; a redelivery is theirs to absorb, by a receipt.
 //
 // Neither side needs NATS at start-up: connections retry for ever in the
 // background, the stream and the consumers are created or updated by background
