@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +154,20 @@ func TestComposePermissions(t *testing.T) {
 		defer nc.Close()
 		_, err = nc.Request("$JS.API.CONSUMER.MSG.NEXT."+stream.Name+".billing", []byte(`{"batch":1,"expires":500000000}`), 2*time.Second)
 		require.Error(t, err)
+	})
+
+	t.Run("a durable labeling may not create keeps its publishes refused, saying why", func(t *testing.T) {
+		t.Parallel()
+		p := publisher(t, labelingURL, "billing", "audit") // the file lets labeling create billing's only
+		before := msgs()
+		var err error
+		eventually(t, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			err = p.Publish(ctx, message("RuleActivated"))
+			return err != nil && strings.Contains(err.Error(), "consumer audit")
+		}, "refused for the durable it could not make")
+		require.Equal(t, before, msgs(), "nothing published the stream might not keep for audit")
 	})
 
 	t.Run("a client cannot read another's replies", func(t *testing.T) {

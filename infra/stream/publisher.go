@@ -182,9 +182,11 @@ func (p *Publisher) ensureLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, ErrRetention) || !p.ready.Load() {
+				p.block(err) // Publish's error says why
+			}
 			switch {
 			case errors.Is(err, ErrRetention):
-				p.block(err)
 				if n == 1 {
 					p.logger.Error("nats stream refused", "stream", Name, "err", err.Error())
 				}
