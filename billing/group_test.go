@@ -157,6 +157,7 @@ func TestGroupApply(t *testing.T) {
 		b.waitLocked(t, 1)
 
 		const n = 8
+		handle := b.handler(t, 0)
 		evs := make([]event, n)
 		answers := make([]<-chan int, n)
 		for i := range evs {
@@ -168,7 +169,7 @@ func TestGroupApply(t *testing.T) {
 					ch <- b.deliver(t, evs[i].body()).Code
 					return
 				}
-				err := b.svc.HandleNATS(context.Background(), natsMsg(uint64(i), evs[i].ID, evs[i].body()))
+				err := handle(context.Background(), natsMsg(uint64(i), evs[i].ID, evs[i].body()))
 				if err != nil {
 					ch <- http.StatusInternalServerError
 					return

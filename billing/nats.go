@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
@@ -21,14 +22,54 @@ import (
 // pulls from this one consumer, so each message goes to one of them at a time.
 const Durable = "billing"
 
-// HandleNATS applies one JetStream message through Apply, the same use case as the
-// HTTP intake: it returns nil (ack) only after the commit, and for a redelivery
-// that finds its receipt. A message no redelivery can apply (a malformed envelope,
-// an invalid payload, a Nats-Msg-Id that is not the body's id) is recorded in
-// billing_nats_failed with its reason and terminated; if the record cannot be
-// written the message is naked and comes back. An unknown type and an unavailable
-// database are naked, as the HTTP intake answers 501 and 503.
-func (s *Service) HandleNATS(ctx context.Context, m stream.Message) error {
+// NATSConfig is what billing's intake of the stream needs.
+type NATSConfig struct {
+	// Key (EVENTS_TOKEN) verifies each message's Events-Signature.
+	Key []byte
+	// MaxDeliveries (NATS_MAX_DELIVERIES) bounds the deliveries of a message
+	// that keeps failing (an unknown type, a defect): at that delivery it is
+	// recorded in billing_nats_failed and terminated instead of retried for ever.
+	// A failure to write the record (the database is down) still naks it. Zero
+	// retries for ever.
+	MaxDeliveries uint64
+}
+
+var signatureRejects = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "billing_nats_signature_rejected_total",
+	Help: "Stream messages terminated unapplied because their Events-Signature was missing or wrong: someone other than labeling published on labeling.events.>, or a message was altered.",
+})
+
+func init() { prometheus.MustRegister(signatureRejects) }
+
+// NATSHandler returns billing's handler of the stream's messages. It applies a
+// message only if its Events-Signature verifies (stream.Verify with cfg.Key):
+// one without, or with a wrong one, is recorded in billing_nats_failed with a
+// reason naming the signature and terminated, never applied. A verified message
+// goes through Apply, the use case of the HTTP intake: nil (ack) only after the
+// commit, or for a redelivery that finds its receipt. A message no redelivery
+// can apply (a malformed envelope, an invalid payload, a Nats-Msg-Id that is not
+// the body's id) is recorded and terminated; if the record cannot be written the
+// message is naked and comes back. An unknown type and an unavailable database
+// are naked, as the HTTP intake answers 501 and 503, until cfg.MaxDeliveries.
+func (s *Service) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
+	if len(cfg.Key) == 0 {
+		return nil, errors.New("EVENTS_TOKEN: required to verify the stream's messages")
+	}
+	return func(ctx context.Context, m stream.Message) error {
+		if err := stream.Verify(cfg.Key, m.Subject, m.MsgID, m.Data, m.Signature); err != nil {
+			signatureRejects.Inc()
+			return s.deadLetter(ctx, m, err.Error())
+		}
+		err := s.handleNATS(ctx, m)
+		if err == nil || stream.IsTerminal(err) || cfg.MaxDeliveries == 0 || m.Delivered < cfg.MaxDeliveries {
+			return err
+		}
+		return s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err))
+	}, nil
+}
+
+// handleNATS applies a message whose signature verified.
+func (s *Service) handleNATS(ctx context.Context, m stream.Message) error {
 	var env Envelope
 	dec := json.NewDecoder(bytes.NewReader(m.Data))
 	dec.DisallowUnknownFields()
@@ -77,7 +118,7 @@ func (s *Service) HandleNATS(ctx context.Context, m stream.Message) error {
 func (s *Service) deadLetter(ctx context.Context, m stream.Message, reason string) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return s.store.InsertNATSFailed(ctx, tx, NATSFailed{
-			StreamSeq: m.Sequence, Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
+			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
 			Reason: clip(reason, 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
 		})
 	})
@@ -87,9 +128,21 @@ func (s *Service) deadLetter(ctx context.Context, m stream.Message, reason strin
 	return stream.Terminate(errors.New(reason))
 }
 
+// storedAt is when the stream stored m, in epoch ns; 0 when unknown.
+func storedAt(m stream.Message) int64 {
+	if m.Stored.IsZero() {
+		return 0
+	}
+	return m.Stored.UnixNano()
+}
+
 // NATSFailed is one terminated message of billing_nats_failed.
 type NATSFailed struct {
-	StreamSeq  uint64
+	StreamSeq uint64
+	// StoredAt is when the stream stored the message (epoch ns): with StreamSeq
+	// it names one message even across a recreated stream, whose sequences
+	// restart at 1.
+	StoredAt   int64
 	Subject    string
 	MsgID      string
 	Payload    []byte
@@ -98,31 +151,33 @@ type NATSFailed struct {
 	FailedAt   int64 // epoch ms
 }
 
-// InsertNATSFailed records a terminated message once per stream sequence.
+// InsertNATSFailed records a terminated message once: a redelivery of it (its
+// term was lost) adds nothing, another message at the same sequence of a
+// recreated stream (stored at another time) is recorded beside it.
 func (Store) InsertNATSFailed(ctx context.Context, tx pgx.Tx, f NATSFailed) error {
 	_, err := tx.Exec(ctx, `
-		INSERT INTO billing_nats_failed (stream_seq, subject, msg_id, payload, reason, deliveries, failed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (stream_seq) DO NOTHING`,
-		int64(f.StreamSeq), f.Subject, f.MsgID, f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt)
+		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
+		int64(f.StreamSeq), f.StoredAt, f.Subject, f.MsgID, f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt)
 	if err != nil {
 		return fmt.Errorf("insert nats failed: %w", err)
 	}
 	return nil
 }
 
-// ListNATSFailed returns every terminated message, oldest stream sequence first.
+// ListNATSFailed returns every terminated message, in the order recorded.
 func ListNATSFailed(ctx context.Context, pool *pgxpool.Pool) ([]NATSFailed, error) {
 	rows, err := pool.Query(ctx, `
-		SELECT stream_seq, subject, msg_id, payload, reason, deliveries, failed_at
-		FROM billing_nats_failed ORDER BY stream_seq`)
+		SELECT stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at
+		FROM billing_nats_failed ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
 		var f NATSFailed
 		var seq, deliveries int64
-		err := r.Scan(&seq, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt)
+		err := r.Scan(&seq, &f.StoredAt, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt)
 		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
 		return f, err
 	})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/modfile"
 
@@ -162,30 +164,81 @@ func TestCompose(t *testing.T) {
 		require.Empty(t, env(apps["billing"])["NATS_URL"], "billing consumes no stream")
 	})
 
-	t.Run("nats: the override runs JetStream on a volume and points both services at it", func(t *testing.T) {
+	t.Run("nats: the override runs JetStream on a volume with per-service users, and points each service at it as its user", func(t *testing.T) {
 		t.Parallel()
 		b := setupFiles(t, composeVariants["nats"])
 		apps := b.apps(t)
 		ns, ok := b.project.Services["nats"]
 		require.True(t, ok, "the override adds the nats service")
-		require.Contains(t, []string(ns.Command), "-js", "JetStream must be enabled")
-		sd := slices.Index([]string(ns.Command), "-sd")
-		require.Positive(t, sd, "the store directory must be set")
-		store := ns.Command[sd+1]
+		opts := natsServerOptions(t, ns)
+		require.True(t, opts.JetStream, "JetStream must be enabled")
 		onVolume := slices.ContainsFunc(ns.Volumes, func(v types.ServiceVolumeConfig) bool {
-			return v.Target == store && v.Type == types.VolumeTypeVolume && b.project.Volumes[v.Source].Name != ""
+			return v.Target == opts.StoreDir && v.Type == types.VolumeTypeVolume && b.project.Volumes[v.Source].Name != ""
 		})
-		require.True(t, onVolume, "the JetStream store %s must be a named volume", store)
+		require.True(t, onVolume, "the JetStream store %s must be a named volume", opts.StoreDir)
+		require.Empty(t, opts.NoAuthUser, "no anonymous client")
+		require.Empty(t, opts.Authorization, "no shared token")
+		users := map[string]*server.User{}
+		for _, u := range opts.Users {
+			users[u.Username] = u
+			require.NotNil(t, u.Permissions, "%s has permissions of its own", u.Username)
+		}
+		require.ElementsMatch(t, []string{"labeling", "billing"}, keys(users), "one user per service")
 
+		for _, p := range ns.Ports {
+			require.Equal(t, "127.0.0.1", p.HostIP, "%s publishes %d on the loopback interface only", ns.Name, p.Target)
+		}
 		lab, bill := env(apps["labeling"]), env(apps["billing"])
 		require.Equal(t, "nats", lab["EVENTS_TRANSPORT"])
-		require.Equal(t, lab["NATS_URL"], bill["NATS_URL"], "both sides use the same server")
-		u, err := url.Parse(lab["NATS_URL"])
-		require.NoError(t, err)
-		require.Equal(t, "nats", u.Scheme)
-		require.Equal(t, ns.Name, u.Hostname(), "NATS_URL names the nats service")
-		require.Equal(t, "4222", u.Port(), "the server's default client port")
+		for bin, e := range map[string]map[string]string{"labeling": lab, "billing": bill} {
+			u, err := url.Parse(e["NATS_URL"])
+			require.NoError(t, err)
+			require.Equal(t, "nats", u.Scheme)
+			require.Equal(t, ns.Name, u.Hostname(), "NATS_URL names the nats service")
+			require.Equal(t, "4222", u.Port(), "the server's default client port")
+			require.Equal(t, bin, u.User.Username(), "%s connects as its own user", bin)
+			password, _ := u.User.Password()
+			require.Equal(t, users[bin].Password, password, "%s's password is the server's", bin)
+		}
 	})
+
+	t.Run("nats: passwords from the shell reach the server and the services", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, composeVariants["nats"], "LABELING_NATS_PASSWORD=l-from-shell", "BILLING_NATS_PASSWORD=b-from-shell")
+		apps := b.apps(t)
+		require.Equal(t, "l-from-shell", env(b.project.Services["nats"])["LABELING_NATS_PASSWORD"])
+		require.Contains(t, env(apps["labeling"])["NATS_URL"], ":l-from-shell@")
+		require.Contains(t, env(apps["billing"])["NATS_URL"], ":b-from-shell@")
+	})
+}
+
+// natsServerOptions parses the server configuration the nats service runs (the
+// file mounted where its -c points), with the variables its environment gives.
+func natsServerOptions(t *testing.T, ns types.ServiceConfig) *server.Options {
+	t.Helper()
+	cmd := []string(ns.Command)
+	c := slices.Index(cmd, "-c")
+	require.GreaterOrEqual(t, c, 0, "%s runs a configuration file (-c)", ns.Name)
+	target := cmd[c+1]
+	var source string
+	for _, v := range ns.Volumes {
+		if v.Target == target && v.Type == types.VolumeTypeBind {
+			require.True(t, v.ReadOnly, "%s mounts its configuration read-only", ns.Name)
+			source = v.Source
+		}
+	}
+	require.NotEmpty(t, source, "%s's configuration %s is a file of this repository", ns.Name, target)
+	conf, err := os.ReadFile(source)
+	require.NoError(t, err)
+	var vars strings.Builder
+	for k, v := range env(ns) {
+		fmt.Fprintf(&vars, "%s: %s\n", k, strconv.Quote(v))
+	}
+	path := filepath.Join(t.TempDir(), "nats-server.conf")
+	require.NoError(t, os.WriteFile(path, append([]byte(vars.String()), conf...), 0o600))
+	opts, err := server.ProcessConfigFile(path)
+	require.NoError(t, err, "%s's configuration parses with the variables its environment sets", ns.Name)
+	return opts
 }
 
 // composeChecks are the checks every compose variant must pass.

@@ -144,6 +144,9 @@ func setup(t *testing.T, cfg config) *cluster {
 			"EVENTS_TRANSPORT": transportNATS,
 			"NATS_URL":         natsURL(c.nats),
 			"NATS_REPLICAS":    fmt.Sprint(cfg.natsNodes),
+			// The stream keeps every event for the audit consumer too, which
+			// reads it only at the end.
+			"NATS_CONSUMERS": "billing," + auditDurable,
 		}
 	}
 	maps.Copy(billingEnv, cfg.env)

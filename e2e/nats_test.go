@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,27 +44,45 @@ func findNATSServer() (string, error) {
 	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
 		return "/usr/sbin/nats-server", nil
 	}
-	root, err := proctest.ModuleRoot()
+	return buildNATSServer()
+}
+
+// buildNATSServer builds the module's own nats-server (the version go.mod
+// pins) among the suite's binaries, which TestMain removes.
+func buildNATSServer() (string, error) {
+	bin, err := proctest.Binary("github.com/nats-io/nats-server/v2")
 	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "e2e-nats-server-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "nats-server")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("no nats-server (set NATS_SERVER_BIN, install it, or let go build it): %w\n%s", err, out)
+		return "", fmt.Errorf("no nats-server (set NATS_SERVER_BIN, install it, or let go build it): %w", err)
 	}
 	return bin, nil
 }
+
+// natsClusterBin is the nats-server of the cluster scenarios: natsServerBin if
+// it is 2.10 or later, else the module's own. A 2.9 cluster removes a message of
+// an interest stream on one durable's ack after the stream leader is lost,
+// though another durable has not had it (fixed in 2.10: the README's
+// "Versions"); the suite's audit durable would miss events for the server's
+// defect, not the pair's.
+var natsClusterBin = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command(natsServerBin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", natsServerBin, err)
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "nats-server: v%d.%d", &major, &minor); err != nil {
+		return "", fmt.Errorf("%s --version: %q: %w", natsServerBin, out, err)
+	}
+	if major > 2 || (major == 2 && minor >= 10) {
+		return natsServerBin, nil
+	}
+	return buildNATSServer()
+})
 
 // natsNode is one nats-server process with JetStream, restartable on the same
 // ports and store directory, so a restart finds the stream it stored.
 type natsNode struct {
 	t      *testing.T
+	bin    string // natsServerBin, or natsClusterBin in a cluster
 	name   string
 	addr   string // client address
 	args   []string
@@ -84,8 +102,15 @@ func startNATS(t *testing.T, n int) []*natsNode {
 		clusterAddrs[i] = freeAddr(t)
 		routes[i] = "nats://" + clusterAddrs[i]
 	}
+	bin := natsServerBin
+	if n > 1 {
+		var err error
+		bin, err = natsClusterBin()
+		require.NoError(t, err)
+		t.Logf("e2e: the cluster runs %s", bin)
+	}
 	for i := range n {
-		node := &natsNode{t: t, name: fmt.Sprintf("nats-%d", i+1), addr: freeAddr(t)}
+		node := &natsNode{t: t, bin: bin, name: fmt.Sprintf("nats-%d", i+1), addr: freeAddr(t)}
 		host, port, _ := strings.Cut(node.addr, ":")
 		node.args = []string{"-a", host, "-p", port, "-n", node.name, "-js", "-sd", t.TempDir()}
 		if n > 1 {
@@ -108,7 +133,7 @@ func startNATS(t *testing.T, n int) []*natsNode {
 func (n *natsNode) start() {
 	n.t.Helper()
 	n.starts++
-	n.life = proctest.Start(n.t, natsServerBin, map[string]string{}, n.args...)
+	n.life = proctest.Start(n.t, n.bin, map[string]string{}, n.args...)
 	n.t.Logf("e2e: start #%d of %s on %s (pid %d)", n.starts, n.name, n.addr, n.life.Pid())
 	waitFor(n.t, readyTimeout, func() bool {
 		select {
@@ -158,7 +183,9 @@ func natsClient(t *testing.T, nodes []*natsNode) jetstream.JetStream {
 const auditDurable = "e2e-audit"
 
 // requireAuditSawEvery reads the audit consumer from the start of the stream
-// and requires that it sees every outbox row's id: the stream fans out.
+// and requires that it sees every outbox row's id, though billing consumed them
+// long before: the stream fans out, and keeps each event until every durable
+// has it.
 func (c *cluster) requireAuditSawEvery(t *testing.T, s snapshot) {
 	t.Helper()
 	js := natsClient(t, c.nats)
@@ -166,13 +193,12 @@ func (c *cluster) requireAuditSawEvery(t *testing.T, s snapshot) {
 	defer cancel()
 	var cons jetstream.Consumer
 	waitFor(t, convergeTimeout, func() bool {
+		// Labeling made it (NATS_CONSUMERS) before its first publish, so the
+		// interest stream kept every event for it.
 		var err error
-		cons, err = js.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{
-			Durable: auditDurable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-			FilterSubject: stream.Subjects,
-		})
+		cons, err = js.Consumer(ctx, stream.Name, auditDurable)
 		return err == nil
-	}, "the audit consumer is created")
+	}, "the audit consumer exists")
 	want := map[string]bool{}
 	for _, r := range s.outbox {
 		want[r.ID.String()] = true

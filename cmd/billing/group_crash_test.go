@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
@@ -96,6 +97,7 @@ func TestGroupCrash(t *testing.T) {
 					m := nats.NewMsg("labeling.events.RuleActivated")
 					m.Header.Set(nats.MsgIdHdr, d.id.String())
 					m.Data = []byte(body(d))
+					m.Header.Set(stream.SignatureHeader, stream.Sign([]byte(tok), m.Subject, d.id.String(), m.Data))
 					_, err := js.PublishMsg(ctx, m)
 					require.NoError(t, err)
 					return

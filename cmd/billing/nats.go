@@ -18,9 +18,15 @@ func natsConsumer(cfg config.Billing) fx.Option {
 		return fx.Options()
 	}
 	return fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
+		handle, err := svc.NATSHandler(billing.NATSConfig{
+			Key: []byte(cfg.EventsToken), MaxDeliveries: uint64(cfg.NATSMaxDeliveries),
+		})
+		if err != nil {
+			return err
+		}
 		c, err := stream.NewConsumer(stream.ConsumerConfig{
-			URL: cfg.NATSURL, Durable: billing.Durable, AckWait: cfg.NATSAckWait,
-		}, svc.HandleNATS, logger)
+			URL: cfg.NATSURL, Creds: cfg.NATSCreds, Durable: billing.Durable, AckWait: cfg.NATSAckWait,
+		}, handle, logger)
 		if err != nil {
 			return err
 		}

@@ -2,13 +2,20 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/stream"
 
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
@@ -42,6 +49,71 @@ func TestNATS(t *testing.T) {
 		require.Equal(t, 1, r.code)
 		require.True(t, strings.HasPrefix(r.stderr, "billing: NATS_URL: "), r.stderr)
 		require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+	})
+
+	t.Run("a NATS_CREDS file that is not there stops start-up with one line naming it", func(t *testing.T) {
+		t.Parallel()
+		r := runCmd(t, env("DATABASE_URL=postgres://postgres@127.0.0.1:5432/x", "EVENTS_TOKEN=x",
+			"NATS_URL=nats://127.0.0.1:4222", "NATS_CREDS=/nonexistent/billing.creds"))
+		require.Equal(t, 1, r.code)
+		require.True(t, strings.HasPrefix(r.stderr, "billing: NATS_CREDS: "), r.stderr)
+		require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+	})
+
+	t.Run("serve records an unsigned message at once, and an unknown type at NATS_MAX_DELIVERIES, applying neither", func(t *testing.T) {
+		t.Parallel()
+		ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
+			StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+		require.NoError(t, err)
+		ns.Start()
+		require.True(t, ns.ReadyForConnections(10*time.Second))
+		t.Cleanup(ns.Shutdown)
+		nc, err := nats.Connect(ns.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		ctx := context.Background()
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream.Name, Subjects: []string{stream.Subjects},
+			Retention: jetstream.InterestPolicy, Storage: jetstream.FileStorage})
+		require.NoError(t, err)
+		_, err = js.CreateConsumer(ctx, stream.Name, stream.ConsumerConfig{Durable: "billing"}.JetStreamConfig())
+		require.NoError(t, err)
+
+		const token = "nats-test-token"
+		db := pgtest.New(t, migrations.Billing)
+		s := startServer(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN="+token, "HTTP_ADDR=127.0.0.1:0",
+			"NATS_URL="+ns.ClientURL(), "NATS_MAX_DELIVERIES=2", "AUTH_DISABLED=true"))
+		publish := func(typ string, sign bool) string {
+			id := uuid.NewString()
+			body := fmt.Sprintf(`{"id":%q,"type":%q,"occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, typ, uuid.New(), uuid.New())
+			msg := nats.NewMsg(stream.Subject(typ))
+			msg.Data = []byte(body)
+			if sign {
+				msg.Header.Set(stream.SignatureHeader, stream.Sign([]byte(token), msg.Subject, id, msg.Data))
+			}
+			_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+			require.NoError(t, err)
+			return id
+		}
+		unsigned := publish("RuleActivated", false)
+		unknown := publish("RuleRenamed", true)
+		var out string
+		require.Eventually(t, func() bool {
+			r := runCmd(t, env("DATABASE_URL="+db.URL), "nats", "failed")
+			out = r.stdout
+			return strings.Count(out, "\n") == 2
+		}, 30*time.Second, 100*time.Millisecond, "both recorded")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		require.Contains(t, lines[0], unsigned)
+		require.Contains(t, lines[0], "signature missing")
+		require.Contains(t, lines[1], unknown)
+		require.Contains(t, lines[1], "\t2\t", "recorded at its second delivery")
+		require.Contains(t, lines[1], "gave up after 2 deliveries")
+		var receipts int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM billing_receipts`).Scan(&receipts))
+		require.Zero(t, receipts)
+		require.Equal(t, 0, s.stop(t), s.Stderr.String())
 	})
 
 	t.Run("nats failed prints each terminated message on one line", func(t *testing.T) {

@@ -84,9 +84,11 @@ func transport(cfg config.Labeling, logger *slog.Logger) fx.Option {
 				func() (*stream.Publisher, error) {
 					return stream.NewPublisher(stream.PublisherConfig{
 						URL:             cfg.NATSURL,
+						Creds:           cfg.NATSCreds,
 						Replicas:        cfg.NATSReplicas,
 						DuplicateWindow: cfg.NATSDuplicateWindow,
-						MaxAge:          cfg.ProcessedRetention,
+						Key:             []byte(cfg.EventsToken),
+						Consumers:       cfg.NATSConsumers,
 					}, logger)
 				},
 				natsSubscribers,

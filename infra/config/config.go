@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,10 @@ type Labeling struct {
 	NATSURL             string
 	NATSReplicas        int
 	NATSDuplicateWindow time.Duration
+	// NATSCreds (NATS_CREDS) is a credentials file, or empty; NATSConsumers
+	// (NATS_CONSUMERS) the durables the stream keeps every message for.
+	NATSCreds     string
+	NATSConsumers []string
 
 	Bounds
 }
@@ -63,6 +68,10 @@ type Billing struct {
 	// an unacked delivery is redelivered after NATSAckWait.
 	NATSURL     string
 	NATSAckWait time.Duration
+	// NATSCreds (NATS_CREDS) is a credentials file, or empty. A message that
+	// keeps failing is recorded and terminated at delivery NATSMaxDeliveries.
+	NATSCreds         string
+	NATSMaxDeliveries int
 
 	// ApplyGroupMax (BILLING_APPLY_GROUP_MAX) bounds the deliveries billing
 	// applies in one transaction; 1 is one transaction per event.
@@ -98,7 +107,7 @@ var (
 		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_WORKERS", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
 		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
 		"OUTBOX_PROCESSED_RETENTION", "OUTBOX_NOTIFY", "CLEANUP_INTERVAL",
-		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW",
+		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW", "NATS_CREDS", "NATS_CONSUMERS",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*:
@@ -107,7 +116,7 @@ var (
 	}
 	BillingVars = []string{
 		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
-		"NATS_URL", "NATS_ACK_WAIT", "BILLING_APPLY_GROUP_MAX",
+		"NATS_URL", "NATS_ACK_WAIT", "NATS_CREDS", "NATS_MAX_DELIVERIES", "BILLING_APPLY_GROUP_MAX",
 		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
 		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
 		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*.
@@ -201,6 +210,8 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		NATSURL:             r.natsURL("NATS_URL"),
 		NATSReplicas:        r.positiveInt("NATS_REPLICAS", 1, MaxClaimSize),
 		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", DefaultDuplicateWindow, maxDuration),
+		NATSCreds:           r.file("NATS_CREDS"),
+		NATSConsumers:       r.names("NATS_CONSUMERS", "billing"),
 	}
 	if r.err == nil && c.EventsTransport == TransportNATS && c.NATSURL == "" {
 		r.fail("NATS_URL", "required with EVENTS_TRANSPORT=nats")
@@ -209,7 +220,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		r.fail("NATS_REPLICAS", "%d is more than JetStream's 5", c.NATSReplicas)
 	}
 	if r.err == nil && c.NATSDuplicateWindow > c.ProcessedRetention {
-		r.fail("NATS_DUPLICATE_WINDOW", "%s is longer than OUTBOX_PROCESSED_RETENTION (%s), which is how long the stream keeps messages",
+		r.fail("NATS_DUPLICATE_WINDOW", "%s is longer than OUTBOX_PROCESSED_RETENTION (%s), which is how long a published row is kept",
 			c.NATSDuplicateWindow, c.ProcessedRetention)
 	}
 	if r.err == nil && c.RetryMax < c.RetryBase {
@@ -261,6 +272,8 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		NATSURL:           r.natsURL("NATS_URL"),
 		NATSAckWait:       r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
 		ApplyGroupMax:     r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
+		NATSCreds:         r.file("NATS_CREDS"),
+		NATSMaxDeliveries: r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
 	}
 	return c, r.err
 }
@@ -359,6 +372,43 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 	}
 	r.fail(name, "%q is not one of %s", v, strings.Join(allowed, ", "))
 	return def
+}
+
+// DefaultNATSMaxDeliveries is NATS_MAX_DELIVERIES' default: with billing's nak
+// delay doubling from 250ms to 30s, about 8 hours of redeliveries, long enough
+// to ship a billing that knows a new event type. MaxNATSMaxDeliveries bounds it.
+const (
+	DefaultNATSMaxDeliveries = 1000
+	MaxNATSMaxDeliveries     = 1_000_000
+)
+
+// file reads the path of a file that must be readable now, or empty.
+func (r *reader) file(name string) string {
+	v := r.str(name, "")
+	if v == "" {
+		return v
+	}
+	if _, err := os.ReadFile(v); err != nil {
+		r.fail(name, "%v", err)
+		return ""
+	}
+	return v
+}
+
+// names reads a list of NATS names (letters, digits, - and _) separated by
+// commas; it cannot be empty.
+func (r *reader) names(name, def string) []string {
+	v := r.str(name, def)
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" || strings.Trim(part, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+			r.fail(name, "%q is not a list of durable names (letters, digits, - and _) separated by commas", v)
+			return nil
+		}
+		out = append(out, part)
+	}
+	return out
 }
 
 // natsURL reads a NATS server list: one URL or several separated by commas,

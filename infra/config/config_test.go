@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,8 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, 30*time.Minute, c.NATSDuplicateWindow)
 		require.Greater(t, c.NATSDuplicateWindow, c.Lease+c.RetryMax+c.HandlerTimeout,
 			"the default window covers a lease, the longest retry delay and a handler timeout")
+		require.Equal(t, []string{"billing"}, c.NATSConsumers, "the stream keeps every message for billing")
+		require.Empty(t, c.NATSCreds)
 	})
 
 	t.Run("nats transport with a server list", func(t *testing.T) {
@@ -58,12 +62,16 @@ func TestLoadLabeling(t *testing.T) {
 		kv["NATS_URL"] = "nats://127.0.0.1:4222,nats://127.0.0.1:4223"
 		kv["NATS_REPLICAS"] = "3"
 		kv["NATS_DUPLICATE_WINDOW"] = "2h"
+		kv["NATS_CONSUMERS"] = "billing, e2e-audit,audit_2"
+		kv["NATS_CREDS"] = credsFile(t)
 		c, err := config.LoadLabeling(env(kv))
 		require.NoError(t, err)
 		require.Equal(t, config.TransportNATS, c.EventsTransport)
 		require.Equal(t, kv["NATS_URL"], c.NATSURL)
 		require.Equal(t, 3, c.NATSReplicas)
 		require.Equal(t, 2*time.Hour, c.NATSDuplicateWindow)
+		require.Equal(t, []string{"billing", "e2e-audit", "audit_2"}, c.NATSConsumers)
+		require.Equal(t, kv["NATS_CREDS"], c.NATSCreds)
 	})
 
 	t.Run("rejects nats without NATS_URL naming it", func(t *testing.T) {
@@ -107,6 +115,9 @@ func TestLoadLabeling(t *testing.T) {
 		{"more replicas than JetStream allows", "NATS_REPLICAS", "7"},
 		{"duplicate window without unit", "NATS_DUPLICATE_WINDOW", "30"},
 		{"duplicate window longer than the stream keeps messages", "NATS_DUPLICATE_WINDOW", "200h"},
+		{"a consumer name with a dot", "NATS_CONSUMERS", "billing,a.b"},
+		{"an empty consumer name in the list", "NATS_CONSUMERS", "billing,,audit"},
+		{"a credentials file that is not there", "NATS_CREDS", "/nonexistent/nats.creds"},
 		{"a claim size whose product with the timeout overflows", "OUTBOX_CLAIM_SIZE", "307445735"},
 		{"an absurd claim size", "OUTBOX_CLAIM_SIZE", "1001"},
 		{"an absurd attempt count", "OUTBOX_MAX_ATTEMPTS", "1000000"},
@@ -206,6 +217,8 @@ func TestLoadBilling(t *testing.T) {
 		require.Empty(t, c.NATSURL, "no NATS consumer unless asked")
 		require.Equal(t, 30*time.Second, c.NATSAckWait)
 		require.Equal(t, 100, c.ApplyGroupMax, "group apply is on by default")
+		require.Equal(t, 1000, c.NATSMaxDeliveries)
+		require.Empty(t, c.NATSCreds)
 	})
 
 	t.Run("a group max of 1 turns group apply off", func(t *testing.T) {
@@ -217,13 +230,29 @@ func TestLoadBilling(t *testing.T) {
 		require.Equal(t, 1, c.ApplyGroupMax)
 	})
 
+	t.Run("reads the credentials file and the delivery bound", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["NATS_CREDS"] = credsFile(t)
+		kv["NATS_MAX_DELIVERIES"] = "5"
+		c, err := config.LoadBilling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, kv["NATS_CREDS"], c.NATSCreds)
+		require.Equal(t, 5, c.NATSMaxDeliveries)
+	})
+
 	for name, kv := range map[string][2]string{
-		"a bad nats url":           {"NATS_URL", "127.0.0.1:4222"},
-		"a bad ack wait":           {"NATS_ACK_WAIT", "soon"},
-		"a zero ack wait":          {"NATS_ACK_WAIT", "0s"},
-		"a zero group max":         {"BILLING_APPLY_GROUP_MAX", "0"},
-		"a group max that is text": {"BILLING_APPLY_GROUP_MAX", "on"},
-		"a group max over 1000":    {"BILLING_APPLY_GROUP_MAX", "1001"},
+		"a bad nats url":               {"NATS_URL", "127.0.0.1:4222"},
+		"a bad ack wait":               {"NATS_ACK_WAIT", "soon"},
+		"a zero ack wait":              {"NATS_ACK_WAIT", "0s"},
+		"a zero group max":             {"BILLING_APPLY_GROUP_MAX", "0"},
+		"a group max that is text":     {"BILLING_APPLY_GROUP_MAX", "on"},
+		"a group max over 1000":        {"BILLING_APPLY_GROUP_MAX", "1001"},
+		"a missing credentials file":   {"NATS_CREDS", "/nonexistent/nats.creds"},
+		"a credentials directory":      {"NATS_CREDS", "/"},
+		"zero deliveries":              {"NATS_MAX_DELIVERIES", "0"},
+		"an absurd delivery bound":     {"NATS_MAX_DELIVERIES", "1000001"},
+		"a non-numeric delivery bound": {"NATS_MAX_DELIVERIES", "many"},
 	} {
 		t.Run("rejects "+name+" naming it", func(t *testing.T) {
 			t.Parallel()
@@ -306,4 +335,12 @@ func TestLoadAuth(t *testing.T) {
 			require.Contains(t, config.BillingVars, name)
 		}
 	})
+}
+
+// credsFile is a file that exists; its content is the stream package's to check.
+func credsFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "nats.creds")
+	require.NoError(t, os.WriteFile(path, []byte("creds"), 0o600))
+	return path
 }

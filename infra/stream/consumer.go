@@ -16,8 +16,14 @@ import (
 type Message struct {
 	Subject   string
 	MsgID     string // the Nats-Msg-Id header: the outbox row id
+	Signature string // the Events-Signature header, for Verify
 	Data      []byte // the delivery envelope
-	Sequence  uint64 // the stream sequence: unique within the stream
+	// Sequence is the stream sequence: unique within the stream, but restarting
+	// at 1 if the stream is deleted and recreated.
+	Sequence uint64
+	// Stored is when the stream stored the message (ns precision): with
+	// Sequence, it tells a redelivery from another message of a recreated stream.
+	Stored    time.Time
 	Delivered uint64 // 1 on the first delivery
 }
 
@@ -43,6 +49,7 @@ func IsTerminal(err error) bool {
 // ConsumerConfig is one durable pull consumer of the stream.
 type ConsumerConfig struct {
 	URL     string        // NATS_URL
+	Creds   string        // NATS_CREDS: a credentials file, or empty
 	Durable string        // the consumer's name, e.g. "billing"; one per consuming team
 	AckWait time.Duration // an unacked delivery is redelivered after this; 30s when zero
 	// NakBase and NakMax bound the delay of a nak: NakBase after the first
@@ -53,6 +60,10 @@ type ConsumerConfig struct {
 	// message, so one at a time caps the consumer at one commit's latency.
 	Workers int
 	Batch   int // messages pulled ahead of the handlers; 2 × Workers when zero
+	// GaugeEvery is how often the backlog gauges (nats_consumer_pending_messages,
+	// nats_consumer_oldest_unacked_age_seconds) are read from the server; 15s
+	// when zero.
+	GaugeEvery time.Duration
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -70,6 +81,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.Batch <= 0 {
 		c.Batch = 2 * c.Workers
+	}
+	if c.GaugeEvery <= 0 {
+		c.GaugeEvery = 15 * time.Second
 	}
 	return c
 }
@@ -104,6 +118,7 @@ type Consumer struct {
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
+	gauges chan struct{} // closed when gaugeLoop has ended
 }
 
 // NewConsumer returns a consumer of cfg that hands messages to handle.
@@ -119,7 +134,7 @@ func NewConsumer(cfg ConsumerConfig, handle Handler, logger *slog.Logger) (*Cons
 
 // Start connects (or keeps trying in the background) and starts the loop.
 func (c *Consumer) Start(context.Context) error {
-	nc, err := connect(c.cfg.URL, c.cfg.Durable, c.logger)
+	nc, err := connect(ConnectConfig{URL: c.cfg.URL, Creds: c.cfg.Creds}, c.cfg.Durable, c.logger)
 	if err != nil {
 		return err
 	}
@@ -130,7 +145,9 @@ func (c *Consumer) Start(context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.nc, c.cancel, c.done = nc, cancel, make(chan struct{})
+	c.gauges = make(chan struct{})
 	go c.loop(ctx, js)
+	go c.gaugeLoop(ctx, nc, js)
 	return nil
 }
 
@@ -147,6 +164,10 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	case <-c.done:
 	case <-ctx.Done():
 		err = fmt.Errorf("consumer %s: stop: %w", c.cfg.Durable, ctx.Err())
+	}
+	select {
+	case <-c.gauges:
+	case <-ctx.Done():
 	}
 	c.nc.Close()
 	return err
@@ -227,9 +248,10 @@ func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 // process hands msg to the handler under a bound of AckWait (past it the server
 // redelivers anyway) and settles it by the outcome.
 func (c *Consumer) process(msg jetstream.Msg) {
-	m := Message{Subject: msg.Subject(), MsgID: msg.Headers().Get(nats.MsgIdHdr), Data: msg.Data()}
+	m := Message{Subject: msg.Subject(), MsgID: msg.Headers().Get(nats.MsgIdHdr),
+		Signature: msg.Headers().Get(SignatureHeader), Data: msg.Data()}
 	if meta, err := msg.Metadata(); err == nil {
-		m.Sequence, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
+		m.Sequence, m.Stored, m.Delivered = meta.Sequence.Stream, meta.Timestamp, meta.NumDelivered
 	}
 	// The redelivery clock starts now, not when the message was pulled ahead.
 	_ = msg.InProgress()

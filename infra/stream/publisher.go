@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,43 +19,70 @@ import (
 // PublisherConfig is what Labeling's publisher needs from its configuration.
 type PublisherConfig struct {
 	URL      string // NATS_URL; several servers separated by commas
+	Creds    string // NATS_CREDS: a credentials file, or empty
 	Replicas int    // NATS_REPLICAS: replicas of the stream
 	// DuplicateWindow (NATS_DUPLICATE_WINDOW) is how long the broker remembers a
 	// Nats-Msg-Id: a republish of a row within it is acked as a duplicate and not
 	// stored again.
 	DuplicateWindow time.Duration
-	// MaxAge is how long the stream keeps a message (OUTBOX_PROCESSED_RETENTION):
-	// as long as the outbox keeps the processed row. At least DuplicateWindow.
-	MaxAge time.Duration
+	// Key (EVENTS_TOKEN) signs every message (SignatureHeader).
+	Key []byte
+	// Consumers (NATS_CONSUMERS) are the durables the stream keeps every message
+	// for: the publisher creates each one that does not exist before it publishes
+	// anything, since an interest stream does not store a message no consumer is
+	// there to want. Billing's "billing" first.
+	Consumers []string
+	// CheckEvery is how often the stream and the consumers are checked again
+	// (a deleted durable is recreated); 30s when zero.
+	CheckEvery time.Duration
 }
 
-// StreamConfig is the stream Labeling creates or updates at start.
+// StreamConfig is the stream Labeling creates or updates at start. Interest
+// retention keeps a message until every consumer of the stream has acked or
+// terminated it, however long that takes, and removes it then: no age limit
+// drops what a consumer has not had yet (a work queue would hand each message to
+// one consumer only, which ends fan-out). Were a size limit ever set, a full
+// stream refuses new messages (the rows wait in the outbox) instead of
+// discarding old ones.
 func (c PublisherConfig) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        Name,
 		Description: "Labeling's outbox events; Nats-Msg-Id is the outbox row id",
 		Subjects:    []string{Subjects},
 		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy, // consumers come and go; none removes a message for the others
+		Retention:   jetstream.InterestPolicy,
+		Discard:     jetstream.DiscardNew,
 		Replicas:    c.Replicas,
 		Duplicates:  c.DuplicateWindow,
-		MaxAge:      c.MaxAge,
 	}
 }
 
 // Publisher publishes outbox rows to the stream. Start connects (or keeps trying
-// in the background) and creates or updates the stream in the background; it
-// never fails because NATS is unreachable. It is safe for concurrent use.
+// in the background) and creates or updates the stream and its consumers in the
+// background; it never fails because NATS is unreachable. Until the stream is
+// known to keep messages until consumed (interest retention, every durable of
+// Consumers present), Publish refuses, so each row waits in the outbox rather
+// than going to a stream that could drop it. It is safe for concurrent use.
 type Publisher struct {
 	cfg    PublisherConfig
 	logger *slog.Logger
 
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	kick   chan struct{} // asks the stream loop to create or update the stream again
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	ready   atomic.Bool           // the stream and every durable of cfg.Consumers were seen as they must be
+	blocked atomic.Pointer[error] // why not ready, for Publish's error
+	kick    chan struct{}         // asks the stream loop to check the stream again
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
+
+// ErrRetention is why Publish refuses when the stream exists with another
+// retention than interest and the server cannot change it in place (NATS before
+// 2.10): the operator's move, which the error spells out.
+var ErrRetention = errors.New("stream " + Name + " exists without interest retention, and the server cannot change it in place; " +
+	"it could drop events no consumer has had yet, so labeling does not publish to it (rows wait in the outbox): " +
+	"wait until every consumer has nothing pending (nats consumer info " + Name + " billing), " +
+	"then delete the stream (nats stream rm " + Name + "); labeling recreates it with interest retention")
 
 // NewPublisher returns a publisher for cfg; it does not connect until Start.
 func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
@@ -67,15 +95,23 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 	if cfg.DuplicateWindow <= 0 {
 		return nil, errors.New("NATS_DUPLICATE_WINDOW: must be positive")
 	}
-	if cfg.MaxAge > 0 && cfg.MaxAge < cfg.DuplicateWindow {
-		return nil, fmt.Errorf("NATS_DUPLICATE_WINDOW: %s is longer than the stream's max age %s", cfg.DuplicateWindow, cfg.MaxAge)
+	if len(cfg.Key) == 0 {
+		return nil, errors.New("EVENTS_TOKEN: required to sign the stream's messages")
 	}
-	return &Publisher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1)}, nil
+	if len(cfg.Consumers) == 0 {
+		return nil, errors.New("NATS_CONSUMERS: at least one durable (billing) must be kept for")
+	}
+	if cfg.CheckEvery <= 0 {
+		cfg.CheckEvery = 30 * time.Second
+	}
+	p := &Publisher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1)}
+	p.block(errors.New("not checked yet"))
+	return p, nil
 }
 
 // Start connects and starts the loop that creates or updates the stream.
 func (p *Publisher) Start(context.Context) error {
-	nc, err := connect(p.cfg.URL, "labeling", p.logger)
+	nc, err := connect(ConnectConfig{URL: p.cfg.URL, Creds: p.cfg.Creds}, "labeling", p.logger)
 	if err != nil {
 		return err
 	}
@@ -117,29 +153,44 @@ func (p *Publisher) kickStream() {
 	}
 }
 
-// ensureLoop creates or updates the stream whenever kicked (at start, and when a
-// publish finds no stream), retrying with backoff until the server answers.
+func (p *Publisher) block(err error) {
+	p.ready.Store(false)
+	p.blocked.Store(&err)
+}
+
+// ensureLoop checks the stream and its consumers whenever kicked (at start, and
+// when a publish finds no stream) and every CheckEvery, retrying with backoff
+// until the server answers.
 func (p *Publisher) ensureLoop(ctx context.Context) {
 	defer p.wg.Done()
+	tick := time.NewTicker(p.cfg.CheckEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.kick:
+		case <-tick.C:
 		}
 		for n := 1; ; n++ {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := p.js.CreateOrUpdateStream(cctx, p.cfg.StreamConfig())
+			err := p.ensure(cctx)
 			cancel()
 			if err == nil {
-				p.logger.Info("nats stream ready", "stream", Name, "replicas", p.cfg.Replicas,
-					"duplicate_window", p.cfg.DuplicateWindow.String())
 				break
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			if n == 1 {
+			if errors.Is(err, ErrRetention) || !p.ready.Load() {
+				p.block(err) // Publish's error says why
+			}
+			switch {
+			case errors.Is(err, ErrRetention):
+				if n == 1 {
+					p.logger.Error("nats stream refused", "stream", Name, "err", err.Error())
+				}
+			case n == 1:
 				p.logger.Warn("nats stream not ready, retrying in the background", "stream", Name, "err", err.Error())
 			}
 			if !sleep(ctx, backoff(n)) {
@@ -149,13 +200,52 @@ func (p *Publisher) ensureLoop(ctx context.Context) {
 	}
 }
 
-// Publish publishes m to labeling.events.<tag> with Nats-Msg-Id = the row id
-// and returns nil only on the broker's ack: the message is stored (or was stored
+// ensure creates or updates the stream, then creates each durable of Consumers
+// that does not exist, and only then lets Publish through: a message published
+// to an interest stream before its consumer exists would not be kept for it.
+func (p *Publisher) ensure(ctx context.Context) error {
+	if _, err := p.js.CreateOrUpdateStream(ctx, p.cfg.StreamConfig()); err != nil {
+		// A server before 2.10 cannot turn the limits stream of an earlier
+		// version into an interest one.
+		if st, serr := p.js.Stream(ctx, Name); serr == nil && st.CachedInfo().Config.Retention != jetstream.InterestPolicy {
+			return fmt.Errorf("%w (the update: %w)", ErrRetention, err)
+		}
+		return err
+	}
+	for _, durable := range p.cfg.Consumers {
+		_, err := p.js.Consumer(ctx, Name, durable)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("consumer %s: %w", durable, err)
+		}
+		// Create, never update: the consumer's own service owns its settings.
+		_, err = p.js.CreateConsumer(ctx, Name, ConsumerConfig{Durable: durable}.JetStreamConfig())
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return fmt.Errorf("create consumer %s: %w", durable, err)
+		}
+		p.logger.Info("nats consumer created, so the stream keeps every message for it", "stream", Name, "consumer", durable)
+	}
+	if !p.ready.Load() {
+		p.logger.Info("nats stream ready", "stream", Name, "replicas", p.cfg.Replicas,
+			"duplicate_window", p.cfg.DuplicateWindow.String(), "consumers", p.cfg.Consumers)
+	}
+	p.ready.Store(true)
+	return nil
+}
+
+// Publish publishes m to labeling.events.<tag> with Nats-Msg-Id = the row id and
+// its Events-Signature, and returns nil only on the broker's ack: the message is stored (or was stored
 // before, which the ack reports as a duplicate, a success). Every failure is an
 // ordinary error the relay retries after its durable delay.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if p.js == nil {
 		return errors.New("nats publisher not started")
+	}
+	if !p.ready.Load() {
+		publishes.WithLabelValues(PublishFailed).Inc()
+		return fmt.Errorf("publish %s %s: stream %s not ready: %w", m.Tag, m.ID, Name, *p.blocked.Load())
 	}
 	body, err := delivery.Envelope(m)
 	if err != nil {
@@ -163,6 +253,8 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	}
 	msg := nats.NewMsg(Subject(m.Tag))
 	msg.Data = body
+	msg.Header = nats.Header{}
+	msg.Header.Set(SignatureHeader, Sign(p.cfg.Key, msg.Subject, m.ID.String(), body))
 	ctx, span := publishSpan(ctx, msg, m) // nil, at no cost, with tracing off
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID.String()), jetstream.WithExpectStream(Name))
 	endSpan(span, err)
@@ -170,7 +262,10 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 		publishes.WithLabelValues(PublishFailed).Inc()
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 			errors.Is(err, jetstream.ErrStreamNotFound) {
-			p.kickStream() // deleted, or not created yet: make it again
+			// Deleted, or not created yet: make it again, and its consumers
+			// before anything is published to it.
+			p.block(err)
+			p.kickStream()
 		}
 		return fmt.Errorf("publish %s %s: %w", m.Tag, m.ID, err)
 	}

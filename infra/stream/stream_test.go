@@ -67,9 +67,26 @@ func client(t *testing.T, url string) jetstream.JetStream {
 	return js
 }
 
-func publisher(t *testing.T, url string) *stream.Publisher {
+// key is the test's EVENTS_TOKEN.
+var key = []byte("test-events-token")
+
+// publisherConfig is labeling's publisher of url, keeping every message for the
+// durables given ("billing" when none).
+func publisherConfig(url string, durables ...string) stream.PublisherConfig {
+	if len(durables) == 0 {
+		durables = []string{"billing"}
+	}
+	return stream.PublisherConfig{URL: url, Replicas: 1, DuplicateWindow: time.Minute, Key: key, Consumers: durables}
+}
+
+func publisher(t *testing.T, url string, durables ...string) *stream.Publisher {
 	t.Helper()
-	p, err := stream.NewPublisher(stream.PublisherConfig{URL: url, Replicas: 1, DuplicateWindow: time.Minute, MaxAge: time.Hour}, logger)
+	return startPublisher(t, publisherConfig(url, durables...))
+}
+
+func startPublisher(t *testing.T, cfg stream.PublisherConfig) *stream.Publisher {
+	t.Helper()
+	p, err := stream.NewPublisher(cfg, logger)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
@@ -161,6 +178,9 @@ func TestPublisher(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "labeling.events.RuleActivated", raw.Subject)
 		require.Equal(t, m.ID.String(), raw.Header.Get(nats.MsgIdHdr))
+		require.NoError(t, stream.Verify(key, raw.Subject, m.ID.String(), raw.Data, raw.Header.Get(stream.SignatureHeader)),
+			"signed with the key over subject, id and body")
+		require.Regexp(t, `^v1=[0-9a-f]{64}$`, raw.Header.Get(stream.SignatureHeader))
 		require.JSONEq(t, `{"id":"`+m.ID.String()+`","type":"RuleActivated","occurredAt":1700000000000,"payload":{"orgId":"x"}}`, string(raw.Data))
 	})
 
@@ -182,10 +202,9 @@ func TestPublisher(t *testing.T) {
 		t.Parallel()
 		s := natsServer(t, "", "")
 		publishUntil(t, publisher(t, s.ClientURL()), message("RuleActivated"))
-		p2, err := stream.NewPublisher(stream.PublisherConfig{URL: s.ClientURL(), Replicas: 1, DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour}, logger)
-		require.NoError(t, err)
-		require.NoError(t, p2.Start(context.Background()))
-		t.Cleanup(func() { _ = p2.Stop(context.Background()) })
+		cfg := publisherConfig(s.ClientURL())
+		cfg.DuplicateWindow = 2 * time.Minute
+		startPublisher(t, cfg)
 		js := client(t, s.ClientURL())
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -199,10 +218,16 @@ func TestPublisher(t *testing.T) {
 		}
 	})
 
-	t.Run("refuses a duplicate window longer than the stream keeps messages", func(t *testing.T) {
+	t.Run("refuses to start without a key or a consumer to keep messages for", func(t *testing.T) {
 		t.Parallel()
-		_, err := stream.NewPublisher(stream.PublisherConfig{URL: "nats://127.0.0.1:1", DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}, logger)
-		require.ErrorContains(t, err, "NATS_DUPLICATE_WINDOW")
+		cfg := publisherConfig("nats://127.0.0.1:1")
+		cfg.Key = nil
+		_, err := stream.NewPublisher(cfg, logger)
+		require.ErrorContains(t, err, "EVENTS_TOKEN")
+		cfg = publisherConfig("nats://127.0.0.1:1")
+		cfg.Consumers = nil
+		_, err = stream.NewPublisher(cfg, logger)
+		require.ErrorContains(t, err, "NATS_CONSUMERS")
 	})
 }
 
@@ -369,8 +394,8 @@ func TestConsumer(t *testing.T) {
 	t.Run("a second durable consumer sees every message too", func(t *testing.T) {
 		t.Parallel()
 		s := natsServer(t, "", "")
-		p := publisher(t, s.ClientURL())
 		a, b := &recorder{}, &recorder{}
+		p := publisher(t, s.ClientURL(), "billing", "audit")
 		consumer(t, s.ClientURL(), "billing", a)
 		consumer(t, s.ClientURL(), "audit", b)
 		var ids []string

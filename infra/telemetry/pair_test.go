@@ -118,11 +118,14 @@ func setup(t *testing.T, natsURL string) traced {
 		require.NoError(t, err)
 		subs = []outbox.Subscriber{delivery.Subscriber[labeling.RuleActivated](client)}
 	} else {
-		pub, err := stream.NewPublisher(stream.PublisherConfig{URL: natsURL, Replicas: 1, DuplicateWindow: time.Minute, MaxAge: time.Hour}, logger)
+		pub, err := stream.NewPublisher(stream.PublisherConfig{URL: natsURL, Replicas: 1, DuplicateWindow: time.Minute,
+			Key: []byte(token), Consumers: []string{billing.Durable}}, logger)
 		require.NoError(t, err)
 		require.NoError(t, pub.Start(context.Background()))
 		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
-		cons, err := stream.NewConsumer(stream.ConsumerConfig{URL: natsURL, Durable: billing.Durable}, svc.HandleNATS, logger)
+		handle, err := svc.NATSHandler(billing.NATSConfig{Key: []byte(token)})
+		require.NoError(t, err)
+		cons, err := stream.NewConsumer(stream.ConsumerConfig{URL: natsURL, Durable: billing.Durable}, handle, logger)
 		require.NoError(t, err)
 		require.NoError(t, cons.Start(context.Background()))
 		t.Cleanup(func() { _ = cons.Stop(context.Background()) })
