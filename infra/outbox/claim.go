@@ -44,7 +44,7 @@ const (
 // table's statistics say) keeps the primary key. The earlier form, a CTE with
 // LIMIT $4 joined by UPDATE ... FROM, had a generic plan that guessed a tenth
 // of the pending rows once the table was analyzed, and became a hash join over
-// a sequential scan of the whole table (TestClaimGenericPlan).
+// a sequential scan of the whole table (TestPlansStayOnIndexes).
 //
 // A row whose attempts are used up ($6) was claimed that many times and never
 // settled the last time (its relay died or lost the database): it is
