@@ -143,7 +143,13 @@ const (
 	// DefaultWorkers is OUTBOX_WORKERS's default: rows in flight per relay. Billing
 	// commits once per event, so its throughput grows with the deliveries it is
 	// given at once (group commit); 40 keeps its pool busy with room to spare.
-	DefaultWorkers    = 40
+	DefaultWorkers = 40
+	// DefaultClaimSize is OUTBOX_CLAIM_SIZE's default, OUTBOX_WORKERS's: a claim
+	// never takes more rows than the relay has free workers, so a larger claim
+	// size changes nothing at the default workers, and with this one a relay
+	// whose workers are all free fills them in one statement. It was 10 until
+	// issue 20, when the lease rule was claim size × handler timeout ≤ lease.
+	DefaultClaimSize  = DefaultWorkers
 	MaxAttempts       = 1000
 	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
 	maxDBTimeout      = time.Hour
@@ -157,6 +163,21 @@ const (
 	DefaultApplyGroupMax = 100
 	MaxApplyGroup        = 1000
 )
+
+// The lease rule. A claimed row must be done with (dispatched and settled)
+// before its claim's lease runs out, or another relay takes it and it is
+// delivered twice. Each row in flight finishes within OUTBOX_HANDLER_TIMEOUT
+// T (the relay cuts it off then), once a worker takes it. With W workers
+// running a claim of C rows one after another, the last row of the claim
+// would start after ceil(C/W) − 1 timeouts at worst and finish by
+// ceil(C/W) × T. The relay never claims more rows than it has free workers
+// (C ≤ free ≤ W), so ceil(C/W) = 1: every row of a claim starts when the
+// claim returns, and the lease must cover one timeout, T ≤ OUTBOX_LEASE,
+// whatever OUTBOX_CLAIM_SIZE is. (The rule this replaces, claim size × T ≤
+// lease, assumed the rows of a claim ran one after another, and made a claim
+// of more than 10 rows illegal at the default timeout.) The relay keeps a
+// fifth of each lease for the claim and the settle on top (outbox.LeaseMargin):
+// a dispatch is cut off at four fifths of the lease if T is longer.
 
 // MinLease is OUTBOX_LEASE's least value. The relay keeps a fifth of every
 // lease for recording each row's outcome; below 200ms a settle on a busy
@@ -173,7 +194,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		EventsToken:        r.required("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
 		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
-		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", 10, MaxClaimSize),
+		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", DefaultClaimSize, MaxClaimSize),
 		Workers:            r.positiveInt("OUTBOX_WORKERS", DefaultWorkers, MaxClaimSize),
 		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second, maxOutboxDuration),
 		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute, maxDuration),
@@ -209,11 +230,9 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		r.fail("OUTBOX_LEASE", "%s is less than the minimum of %s (a fifth of the lease is kept for recording each outcome)",
 			c.Lease, MinLease)
 	}
-	// By division, never multiplication: claim size × timeout can overflow a
-	// Duration and pass as a small or negative number.
-	if r.err == nil && c.Lease/c.HandlerTimeout < time.Duration(c.ClaimSize) {
-		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_CLAIM_SIZE × OUTBOX_HANDLER_TIMEOUT (%d × %s)",
-			c.Lease, c.ClaimSize, c.HandlerTimeout)
+	if r.err == nil && c.HandlerTimeout > c.Lease {
+		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_HANDLER_TIMEOUT (%s): a claim takes no more rows than OUTBOX_WORKERS has free, so each claimed row starts at once and must finish within the lease",
+			c.Lease, c.HandlerTimeout)
 	}
 	return c, r.err
 }

@@ -36,7 +36,7 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, ":8080", c.HTTPAddr)
 		require.Equal(t, "http://localhost:8081", c.BillingURL)
 		require.Equal(t, time.Second, c.PollInterval)
-		require.Equal(t, 10, c.ClaimSize)
+		require.Equal(t, 40, c.ClaimSize)
 		require.Equal(t, 30*time.Second, c.HandlerTimeout)
 		require.Equal(t, 5*time.Minute, c.Lease)
 		require.Equal(t, 10, c.MaxAttempts)
@@ -102,7 +102,7 @@ func TestLoadLabeling(t *testing.T) {
 		{"negative duration", "OUTBOX_HANDLER_TIMEOUT", "-1s"},
 		{"zero claim size", "OUTBOX_CLAIM_SIZE", "0"},
 		{"non-numeric attempts", "OUTBOX_MAX_ATTEMPTS", "ten"},
-		{"lease shorter than claim x timeout", "OUTBOX_LEASE", "4m"},
+		{"lease shorter than the handler timeout", "OUTBOX_LEASE", "29s"},
 		{"a lease under a second", "OUTBOX_LEASE", "999ms"},
 		{"retry max under base", "OUTBOX_RETRY_MAX", "1s"},
 		{"bad retention", "OUTBOX_PROCESSED_RETENTION", "a week"},
@@ -145,17 +145,37 @@ func TestLoadLabeling(t *testing.T) {
 		})
 	}
 
-	t.Run("the lease rule holds at the largest settings without overflowing", func(t *testing.T) {
+	t.Run("the lease rule holds at the largest settings", func(t *testing.T) {
 		t.Parallel()
 		kv := base()
 		kv["OUTBOX_CLAIM_SIZE"] = "1000"
+		kv["OUTBOX_WORKERS"] = "1000"
 		kv["OUTBOX_HANDLER_TIMEOUT"] = "24h"
-		kv["OUTBOX_LEASE"] = "23999h"
+		kv["OUTBOX_LEASE"] = "23h59m59s"
 		_, err := config.LoadLabeling(env(kv))
 		require.ErrorContains(t, err, "OUTBOX_LEASE")
-		kv["OUTBOX_LEASE"] = "24000h"
+		require.ErrorContains(t, err, "OUTBOX_HANDLER_TIMEOUT")
+		kv["OUTBOX_LEASE"] = "24h"
 		_, err = config.LoadLabeling(env(kv))
 		require.NoError(t, err)
+	})
+
+	// Every row of a claim starts at once (a claim takes no more rows than
+	// there are free workers), so the lease covers one handler timeout
+	// whatever the claim size: claim size × timeout may exceed it.
+	t.Run("accepts claims of any size whose rows each fit the lease", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ claim, workers, timeout, lease string }{
+			{"100", "40", "30s", "5m"},
+			{"1000", "1", "30s", "30s"},
+			{"40", "1000", "5m", "5m"},
+		} {
+			kv := base()
+			kv["OUTBOX_CLAIM_SIZE"], kv["OUTBOX_WORKERS"] = tc.claim, tc.workers
+			kv["OUTBOX_HANDLER_TIMEOUT"], kv["OUTBOX_LEASE"] = tc.timeout, tc.lease
+			_, err := config.LoadLabeling(env(kv))
+			require.NoError(t, err, "%+v", tc)
+		}
 	})
 
 	t.Run("the bounds have defaults", func(t *testing.T) {

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,15 +22,29 @@ const (
 	floorSlack = 2 * time.Second
 )
 
-// claimSQL claims up to $4 rows in one statement. The inner select reads the
-// partial index outbox_events_pending_idx (pending rows by created_at) from the
-// floor $5 up, so it costs the same however many settled rows the table holds,
-// vacuumed or not, as long as they lie below the floor. A claim is reclaimable
-// when its lease expired, or when it lies more than twice its own lease (the
-// claim_lease its claimer wrote) in the future: its claimer's clock ran ahead.
-// Never by the reader's lease: a replica with a shorter one would take the live
-// claims of a replica with a longer one. SKIP LOCKED lets relays claim side by
-// side.
+// claimSQL is the claim statement of a relay whose ClaimSize is claimSize:
+// it claims up to $4 rows (at most claimSize) in one statement. The inner
+// select reads the partial index outbox_events_pending_idx (pending rows by
+// created_at) from the floor $5 up, so it costs the same however many settled
+// rows the table holds, vacuumed or not, as long as they lie below the floor. A
+// claim is reclaimable when its lease expired, or when it lies more than twice
+// its own lease (the claim_lease its claimer wrote) in the future: its
+// claimer's clock ran ahead. Never by the reader's lease: a replica with a
+// shorter one would take the live claims of a replica with a longer one. SKIP
+// LOCKED lets relays claim side by side.
+//
+// Its shape is for the generic plan, the one a prepared statement is planned
+// once with (the relay's connections force it, see ConnParams): whatever the
+// parameters and the statistics, that plan must read the pending index and the
+// primary key. The limit the planner sees is the literal claimSize, so it
+// costs the index scan for that many rows, as a custom plan would; the rows
+// this claim may take ($4, the free workers) are a second LIMIT above it,
+// which stops the locking scan as soon as it has them. The update finds its
+// rows by id = ANY(ARRAY(...)), whose estimate (a few rows, whatever the
+// table's statistics say) keeps the primary key. The earlier form, a CTE with
+// LIMIT $4 joined by UPDATE ... FROM, had a generic plan that guessed a tenth
+// of the pending rows once the table was analyzed, and became a hash join over
+// a sequential scan of the whole table (TestPlansStayOnIndexes).
 //
 // A row whose attempts are used up ($6) was claimed that many times and never
 // settled the last time (its relay died or lost the database): it is
@@ -37,18 +52,10 @@ const (
 // that kills every process that takes it stops after MaxAttempts claims. Every
 // other row gets the claim's token $7 and one more attempt.
 //
-// $1 now, $2 now + lease, $3 lease, $4 limit, $5 floor (created_at),
-// $6 max attempts, $7 claim token; epoch ms and ms.
-const claimSQL = `
-WITH picked AS (
-	SELECT id FROM outbox_events
-	WHERE processed_at IS NULL AND failed_at IS NULL
-		AND created_at >= $5::bigint AND available_at <= $1::bigint
-		AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $1::bigint + 2 * claim_lease)
-	ORDER BY created_at
-	LIMIT $4::int
-	FOR UPDATE SKIP LOCKED
-)
+// $1 now, $2 now + lease, $3 lease, $4 limit (1..claimSize), $5 floor
+// (created_at), $6 max attempts, $7 claim token; epoch ms and ms.
+func claimSQL(claimSize int) string {
+	return `
 UPDATE outbox_events o SET
 	attempts      = CASE WHEN o.attempts >= $6::int THEN o.attempts ELSE o.attempts + 1 END,
 	claimed_until = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $2::bigint END,
@@ -58,9 +65,20 @@ UPDATE outbox_events o SET
 	last_error    = CASE WHEN o.attempts >= $6
 		THEN 'attempt ' || o.attempts || ' of ' || $6::int || ' was never settled (its relay died or lost the database while holding the claim); last error: ' || coalesce(o.last_error, 'none')
 		ELSE o.last_error END
-FROM picked
-WHERE o.id = picked.id
+WHERE o.id = ANY(ARRAY(
+	SELECT id FROM (
+		SELECT id FROM outbox_events
+		WHERE processed_at IS NULL AND failed_at IS NULL
+			AND created_at >= $5::bigint AND available_at <= $1::bigint
+			AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $1::bigint + 2 * claim_lease)
+		ORDER BY created_at
+		LIMIT ` + strconv.Itoa(claimSize) + `
+		FOR UPDATE SKIP LOCKED
+	) pending
+	LIMIT $4::int
+))
 RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL, o.trace_context`
+}
 
 // job is one claimed row on its way to a worker.
 type job struct {
@@ -94,7 +112,7 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	now := r.now()
 	token := uuid.New()
 	out := claimed{at: now.UnixMilli()}
-	rows, err := r.pool.Query(ctx, claimSQL,
+	rows, err := r.pool.Query(ctx, r.claimSQL,
 		now.UnixMilli(), now.Add(r.cfg.Lease).UnixMilli(), r.cfg.Lease.Milliseconds(),
 		limit, floor, r.cfg.MaxAttempts, token)
 	if err != nil {

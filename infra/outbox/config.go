@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Config tunes a relay. Claim size × handler timeout must not exceed the lease
-// (the contract's rule). Beyond it, the relay keeps a fifth of every lease for
+// Config tunes a relay. The handler timeout must not exceed the lease (the
+// contract's rule): a claim takes no more rows than there are free workers, so
+// every claimed row starts at once and has its whole lease for one dispatch,
+// whatever the claim size. Beyond it, the relay keeps a fifth of every lease for
 // the claim and the settle (LeaseMargin): a dispatch is cut off at the handler
 // timeout or a margin before its lease ends, whichever comes first, so every
 // row is settled or released before its lease runs out.
@@ -77,10 +79,8 @@ func (c Config) validate() error {
 		if c.RetryMax < c.RetryBase {
 			errs = append(errs, fmt.Errorf("retry max (%s) is less than retry base (%s)", c.RetryMax, c.RetryBase))
 		}
-		// Compared by division: the product of absurd values would overflow.
-		if c.HandlerTimeout > c.Lease/time.Duration(c.ClaimSize) {
-			errs = append(errs, fmt.Errorf("claim size × handler timeout (%d × %s) exceeds the lease (%s)",
-				c.ClaimSize, c.HandlerTimeout, c.Lease))
+		if c.HandlerTimeout > c.Lease {
+			errs = append(errs, fmt.Errorf("handler timeout (%s) exceeds the lease (%s)", c.HandlerTimeout, c.Lease))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

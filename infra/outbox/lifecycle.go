@@ -29,12 +29,13 @@ const stopReserve = 2 * time.Second
 // workers dispatch the rows, and a settler records their outcomes in batches,
 // one statement for many rows.
 type Relay struct {
-	pool    *pgxpool.Pool
-	cfg     Config
-	subs    map[string][]Handler
-	logger  *slog.Logger
-	now     func() time.Time
-	settler *settler
+	pool     *pgxpool.Pool // the relay's own (ownPool)
+	cfg      Config
+	claimSQL string // claimSQL(cfg.ClaimSize), one statement text per relay
+	subs     map[string][]Handler
+	logger   *slog.Logger
+	now      func() time.Time
+	settler  *settler
 	// attempts logs failed delivery attempts, rate-limited.
 	attempts *attemptLog
 
@@ -65,8 +66,11 @@ type Relay struct {
 	cutClaims context.CancelFunc
 }
 
-// NewRelay returns a relay over pool that dispatches to subs. It fails when cfg is
-// invalid, naming the values.
+// NewRelay returns a relay over pool's database that dispatches to subs. It fails
+// when cfg is invalid, naming the values. The relay runs its statements on
+// connections of its own (at most three, opened from pool's settings with
+// ConnParams, closed by Stop), so its claims never wait for a connection the
+// API's requests hold, and the API's never wait for the relay's.
 func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Logger) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: relay needs a pool")
@@ -88,11 +92,16 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 	if now == nil {
 		now = time.Now
 	}
+	own, err := ownPool(pool)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay pool: %w", err)
+	}
 	runCtx, abandon := context.WithCancel(context.Background())
 	claimsCut, cutClaims := context.WithCancel(context.Background())
 	r := &Relay{
-		pool:       pool,
+		pool:       own,
 		cfg:        cfg,
+		claimSQL:   claimSQL(cfg.ClaimSize),
 		subs:       byTag,
 		logger:     logger.With("component", "outbox.relay"),
 		now:        now,
@@ -155,7 +164,8 @@ func (r *Relay) Start(context.Context) error {
 // release. It returns by ctx's deadline whatever the database does (down,
 // or unreachable with its packets dropped). Calling Stop again, or before
 // Start, is harmless. It fails only when a claim could not be settled or
-// released; such a row is reclaimed when its lease runs out, never lost.
+// released; such a row is reclaimed when its lease runs out, never lost. Last,
+// it closes the relay's own connections (waiting for them no longer than ctx).
 func (r *Relay) Stop(ctx context.Context) error {
 	first := false
 	r.stopOnce.Do(func() { close(r.stopping); first = true })
@@ -165,6 +175,8 @@ func (r *Relay) Stop(ctx context.Context) error {
 	if !first {
 		return nil
 	}
+	// Last, once the claims are cut and the settler is done with it.
+	defer closeWithin(ctx, r.pool)
 	defer r.attempts.flush() // the count of the last window, before Stop returns
 	defer r.cutClaims()
 	defer context.AfterFunc(ctx, r.cutClaims)()

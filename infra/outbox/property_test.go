@@ -62,7 +62,7 @@ const propertyChecks = 30
 // settings drawn from what the configuration accepts (passed through
 // infra/config; scaled down so a case takes a second or two: durations in
 // milliseconds where the service reads seconds or minutes, the lease near its
-// 1s minimum, claim size and workers up to 12 and 16 of their 1000),
+// 1s minimum, claim size and workers up to 40 and 16 of their 1000),
 // against subscribers whose every attempt succeeds, fails, hangs past the
 // handler timeout (honouring its context or not) or fails for good. Every row
 // must end processed at the first attempt that succeeds, or dead-lettered at
@@ -103,12 +103,13 @@ func drawConfig(rt *rapid.T) outbox.Config {
 		"DATABASE_URL": "postgres://localhost/unused",
 		"EVENTS_TOKEN": "unused",
 	}
-	claim := rapid.IntRange(1, 12).Draw(rt, "OUTBOX_CLAIM_SIZE")
-	env["OUTBOX_CLAIM_SIZE"] = strconv.Itoa(claim)
+	// Claims larger than the workers too: a claim takes only the free ones.
+	env["OUTBOX_CLAIM_SIZE"] = strconv.Itoa(rapid.IntRange(1, 40).Draw(rt, "OUTBOX_CLAIM_SIZE"))
 	env["OUTBOX_WORKERS"] = strconv.Itoa(rapid.IntRange(1, 16).Draw(rt, "OUTBOX_WORKERS"))
 	timeout, v := ms("OUTBOX_HANDLER_TIMEOUT", 20, 200)
 	env["OUTBOX_HANDLER_TIMEOUT"] = v
-	least := max(claim*timeout, int(config.MinLease.Milliseconds()))
+	// The lease rule: one handler timeout, whatever the claim size.
+	least := max(timeout, int(config.MinLease.Milliseconds()))
 	_, env["OUTBOX_LEASE"] = ms("OUTBOX_LEASE", least, 3*least)
 	_, env["OUTBOX_POLL_INTERVAL"] = ms("OUTBOX_POLL_INTERVAL", 5, 200)
 	env["OUTBOX_NOTIFY"] = strconv.FormatBool(rapid.Bool().Draw(rt, "OUTBOX_NOTIFY"))

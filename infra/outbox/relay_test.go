@@ -21,20 +21,23 @@ func TestNewRelay(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 
-	t.Run("rejects claim size × handler timeout over the lease, naming the values", func(t *testing.T) {
+	t.Run("rejects a handler timeout over the lease, naming the values", func(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig()
-		cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 10, 30*time.Second, 4*time.Minute
+		cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, 30*time.Second, 29*time.Second
 		_, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
-		require.ErrorContains(t, err, "claim size × handler timeout (10 × 30s) exceeds the lease (4m0s)")
+		require.ErrorContains(t, err, "handler timeout (30s) exceeds the lease (29s)")
 	})
 
-	t.Run("accepts claim size × handler timeout equal to the lease", func(t *testing.T) {
+	// Every row of a claim starts at once, so claim size × timeout may exceed
+	// the lease.
+	t.Run("accepts a claim of 100 rows of 30s each under a 5m lease", func(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig()
-		cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 10, 30*time.Second, 5*time.Minute
-		_, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
+		cfg.ClaimSize, cfg.Workers, cfg.HandlerTimeout, cfg.Lease = 100, 40, 30*time.Second, 5*time.Minute
+		r, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
 		require.NoError(t, err)
+		require.NoError(t, r.Stop(ctxT(t)))
 	})
 
 	t.Run("rejects values that are not positive, naming them", func(t *testing.T) {

@@ -44,7 +44,7 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	close(finish) // the settler's flush of these outcomes now hangs
 	r.Nudge()     // and so does a claim for the free slots
 	require.Eventually(t, func() bool {
-		st := pool.Stat()
+		st := r.Pool().Stat() // the relay's own connections
 		return st.AcquiredConns()+st.ConstructingConns() >= 2
 	}, 5*time.Second, time.Millisecond, "a flush and a claim wait for the database")
 	const budget = 2 * time.Second
@@ -55,8 +55,8 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	took := time.Since(start)
 	require.Error(t, err, "nothing could be settled or released")
 	require.Less(t, took, budget+250*time.Millisecond, "Stop returns by its deadline; took %s", took)
-	// The pool closes next: the claim that was waiting must not hold one of
-	// its connections for its own timeout (15s).
+	// The pools close next: the claim that was waiting must not hold one of
+	// the relay's connections for its own timeout (15s).
 	select {
 	case <-r.LoopDone():
 	case <-time.After(time.Second):

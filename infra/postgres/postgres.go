@@ -25,10 +25,10 @@ import (
 )
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns: room for
-// the HTTP handlers plus the outbox relay, which holds up to two pool
-// connections at once (its claim loop and its settler) and one of its own for
-// LISTEN. pgx's own default (4, or the CPU count) lets a busy relay starve the
-// API and the API starve the relay.
+// the HTTP handlers and the retention. The outbox relay opens connections of its
+// own from this pool's settings (infra/outbox, at most three and one for
+// LISTEN), so neither waits for the other's; pgx's own default (4, or the CPU
+// count) is too few for the handlers of a busy service.
 const DefaultMaxConns = 12
 
 // Bounds are the limits every pooled connection starts with (0 leaves the server's
