@@ -36,9 +36,30 @@ const DefaultMaxConns = 12
 // Bounds are the limits every pooled connection starts with (0 leaves the server's
 // setting). A statement or a lock wait over its bound fails with a PostgreSQL error
 // that Unavailable reports, so the caller answers 503 instead of waiting for ever.
+//
+// A bounded pool also ends abandoned transactions: idle_in_transaction_session_timeout
+// is IdleInTransactionTimeout(StatementTimeout), so a transaction whose client
+// went away (a partition cut it between two statements) releases its locks
+// within seconds of the cut, not when TCP finally notices.
 type Bounds struct {
 	StatementTimeout time.Duration // statement_timeout
 	LockTimeout      time.Duration // lock_timeout
+}
+
+// The bounds of the idle-in-transaction timeout. No use case waits on anything
+// but the database between two statements of a transaction, so a gap of a
+// second is already abnormal; the ceiling keeps a long statement timeout from
+// letting a lock outlive a partition by as long.
+const (
+	minIdleInTransaction = time.Second
+	maxIdleInTransaction = 5 * time.Second
+)
+
+// IdleInTransactionTimeout is the idle_in_transaction_session_timeout of a pool
+// whose statement_timeout is statement: a transaction left idle longer than one
+// of its statements may run is abandoned, within 1 s to 5 s.
+func IdleInTransactionTimeout(statement time.Duration) time.Duration {
+	return min(max(statement, minIdleInTransaction), maxIdleInTransaction)
 }
 
 // Isolation is the isolation level every connection is pinned to. The use cases
@@ -75,6 +96,7 @@ func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, erro
 	params["default_transaction_isolation"] = Isolation
 	if b.StatementTimeout > 0 {
 		params["statement_timeout"] = strconv.FormatInt(b.StatementTimeout.Milliseconds(), 10)
+		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTransactionTimeout(b.StatementTimeout).Milliseconds(), 10)
 	}
 	if b.LockTimeout > 0 {
 		params["lock_timeout"] = strconv.FormatInt(b.LockTimeout.Milliseconds(), 10)
@@ -265,6 +287,24 @@ func Unavailable(err error) bool {
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isNetError(err)
 }
 
+// closeWithin closes pool, waiting no longer than ctx. Closing waits for every
+// connection to be handed back and to say goodbye to the server; with the
+// database unreachable that can take long, and nothing is lost by leaving it
+// to the process exit: the server ends a session whose client is gone, an
+// abandoned transaction within Bounds' idle-in-transaction timeout.
+func closeWithin(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		logger.Warn("database pool did not close within its share of the stop budget; its connections are left to the exit")
+	}
+}
+
 // Config names a service's database, the migrations it owns and the bounds of its
 // pool.
 type Config struct {
@@ -286,7 +326,7 @@ var Module = fx.Module("postgres",
 		}
 		lc.Append(fx.Hook{
 			OnStart: func(ctx context.Context) error { return MigrateURL(ctx, cfg.URL, cfg.Migrations, logger) },
-			OnStop:  func(context.Context) error { pool.Close(); return nil },
+			OnStop:  func(ctx context.Context) error { closeWithin(ctx, pool, logger); return nil },
 		})
 		return pool, nil
 	}),

@@ -27,13 +27,25 @@ const (
 	RelayStopTimeout = 8 * time.Second
 	// CleanupStopTimeout bounds the retention loop's Stop.
 	CleanupStopTimeout = 2 * time.Second
-	// closeReserve is for what stops last without a share of its own (closing
-	// the pool once every user of it has stopped).
+	// closeReserve is for what stops last: closing the pool once every user of
+	// it has stopped, then flushing the spans.
 	closeReserve = 2 * time.Second
 	// TelemetryStopTimeout bounds the flush of buffered spans, which stops last:
 	// taken from closeReserve, so the whole budget does not grow.
 	TelemetryStopTimeout = time.Second
+	// PoolStopTimeout bounds closing the database pool: the rest of
+	// closeReserve. A pool whose connections a partition holds may not finish
+	// closing (each one waits to say goodbye); it is left to the process exit,
+	// and the server ends those sessions (idle_in_transaction_session_timeout,
+	// infra/postgres), so nothing is lost by not waiting.
+	PoolStopTimeout = closeReserve - TelemetryStopTimeout
 )
+
+// StopGrace is what an orchestrator gives a process between SIGTERM and SIGKILL
+// by default (Kubernetes' terminationGracePeriodSeconds; docker-compose.yml's
+// stop_grace_period): the stop budget, StopTimeout, stays under it for every
+// HTTP_REQUEST_TIMEOUT the configuration accepts (config.MaxRequestTimeout).
+const StopGrace = 30 * time.Second
 
 // StartTimeout bounds start-up, including waiting for another replica's migrations.
 const StartTimeout = 2 * time.Minute
@@ -46,7 +58,9 @@ func Logger(service string) *slog.Logger {
 }
 
 // StopTimeout is the whole stop budget of an app whose server drains within
-// drain: the sum of every share, so each component gets its full share.
+// drain: the sum of every share, so each component gets its full share. Run
+// returns by it whatever the components or the database do: a step that
+// overruns its share only shortens the later ones, and the stop then fails.
 func StopTimeout(drain time.Duration) time.Duration {
 	return drain + RelayStopTimeout + CleanupStopTimeout + closeReserve
 }
