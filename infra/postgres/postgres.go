@@ -298,8 +298,10 @@ func closeWithin(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
 		pool.Close()
 		close(done)
 	}()
+	start := time.Now()
 	select {
 	case <-done:
+		logger.Info("database pool closed", "duration_ms", time.Since(start).Milliseconds())
 	case <-ctx.Done():
 		logger.Warn("database pool did not close within its share of the stop budget; its connections are left to the exit")
 	}

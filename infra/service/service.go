@@ -41,6 +41,10 @@ const (
 	PoolStopTimeout = closeReserve - TelemetryStopTimeout
 )
 
+// withinSlack is how much sooner than its share's end a stop's context ends
+// (at most; a tenth of a short share).
+const withinSlack = 100 * time.Millisecond
+
 // StopGrace is what an orchestrator gives a process between SIGTERM and SIGKILL
 // by default (Kubernetes' terminationGracePeriodSeconds; docker-compose.yml's
 // stop_grace_period): the stop budget, StopTimeout, stays under it for every
@@ -100,15 +104,36 @@ func Run(opts ...fx.Option) error {
 }
 
 // Within returns stop bounded by d: its context ends d after the call (or when the
-// caller's ends, if sooner).
+// caller's ends, if sooner), and it returns then even if stop has not: a
+// component that overruns its share (blocked on an unreachable database, say)
+// is left to finish in the background until the exit, with an error naming the
+// share, so the steps after it still get theirs.
 func Within(d time.Duration, stop func(context.Context) error) func(context.Context) error {
 	if stop == nil {
 		return nil
 	}
 	return func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, d)
+		hard, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		return stop(ctx)
+		// stop's own deadline comes a moment before the share ends, so a stop
+		// that honours it returns its own answer (nil after a clean give-up)
+		// rather than being cut off.
+		deadline, _ := hard.Deadline()
+		soft, cancelSoft := context.WithDeadline(hard, deadline.Add(-min(d/10, withinSlack)))
+		defer cancelSoft()
+		done := make(chan error, 1)
+		go func() { done <- stop(soft) }()
+		select {
+		case err := <-done:
+			return err
+		case <-hard.Done():
+			select {
+			case err := <-done: // returned at the deadline: its own answer counts
+				return err
+			default:
+			}
+			return fmt.Errorf("did not stop within its share of the stop budget (%s): %w", d, hard.Err())
+		}
 	}
 }
 
