@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // contractFile is the repository's own contract; code and docs cite its sections.
@@ -272,6 +273,12 @@ func TestContractTables(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Positive(t, found)
+	// goose creates the version tables, not the migrations: each is listed too.
+	for _, set := range []migrations.Set{migrations.Labeling, migrations.Billing} {
+		require.Contains(t, section, "`"+set.Table+"(", "CONTRACT.md section 2 does not list the version table %s", set.Table)
+		require.Contains(t, section, "`"+set.Marker+"`", "CONTRACT.md section 2 does not name %s, the table adoption looks for", set.Marker)
+	}
+	require.Contains(t, section, "`"+migrations.LegacyTable+"`")
 }
 
 // contractSection returns the text of section n of CONTRACT.md.

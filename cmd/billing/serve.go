@@ -51,7 +51,8 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
-		postgres.Module,
+		// Closed after every user of it has stopped, within its own share.
+		service.StopWithin("postgres-stop", service.PoolStopTimeout, postgres.Module),
 		web.Module,
 		auth.Module,
 		// Stops after the HTTP server has drained, within its own share.

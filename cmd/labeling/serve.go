@@ -64,7 +64,8 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		transport(cfg, logger),
 		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
-		postgres.Module,
+		// Closed after every user of it has stopped, within its own share.
+		service.StopWithin("postgres-stop", service.PoolStopTimeout, postgres.Module),
 		web.Module,
 		auth.Module,
 		// Each background component stops within its own share of the budget,
