@@ -180,14 +180,14 @@ func partition(t *testing.T, tr string) {
 // partition blackholes both services' database connections and returns the
 // heal.
 func (c *cluster) partition() (heal func()) {
-	c.labProxy.partition()
-	c.billProxy.partition()
+	c.labProxy.Partition()
+	c.billProxy.Partition()
 	tally.add(func(s *counts) { s.partitions++ })
 	return func() {
-		c.labProxy.heal()
-		c.billProxy.heal()
+		c.labProxy.Heal()
+		c.billProxy.Heal()
 		c.t.Logf("partition: the proxies cut %d labeling and %d billing connections so far",
-			c.labProxy.cutN.Load(), c.billProxy.cutN.Load())
+			c.labProxy.Cut(), c.billProxy.Cut())
 	}
 }
 

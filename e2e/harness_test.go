@@ -25,6 +25,7 @@ import (
 
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/proxytest"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -92,7 +93,7 @@ type cluster struct {
 	nats     []*natsNode // the JetStream servers, with transportNATS
 	http     *http.Client
 	// With cfg.proxied, the proxies between each service and its database.
-	labProxy, billProxy *blackholeProxy
+	labProxy, billProxy *proxytest.Proxy
 
 	mu       sync.Mutex
 	requests int
@@ -122,8 +123,8 @@ func setup(t *testing.T, cfg config) *cluster {
 	}
 	labURL, billURL := c.labDB.URL, c.billDB.URL
 	if cfg.proxied {
-		c.labProxy, labURL = proxyTo(t, labURL)
-		c.billProxy, billURL = proxyTo(t, billURL)
+		labURL, c.labProxy = proxytest.Via(t, labURL)
+		billURL, c.billProxy = proxytest.Via(t, billURL)
 	}
 	tally.add(func(s *counts) { s.scenarios++ })
 	// Registered after pgtest's cleanups, so it runs before the databases are
@@ -225,17 +226,6 @@ func appURL(t *testing.T, raw, app string) string {
 	q.Set("application_name", app)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// proxyTo starts a blackholeProxy to the server of the database URL raw and
-// returns it with raw rewritten to connect through it.
-func proxyTo(t *testing.T, raw string) (*blackholeProxy, string) {
-	t.Helper()
-	u, err := url.Parse(raw)
-	require.NoError(t, err)
-	p := startProxy(t, u.Host)
-	u.Host = p.addr()
-	return p, u.String()
 }
 
 // freeAddr returns a loopback address whose port was free a moment ago.

@@ -3,13 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,94 +17,9 @@ import (
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
+	"github.com/acme/outboxpair/internal/testsupport/proxytest"
 	"github.com/acme/outboxpair/migrations"
 )
-
-// blackhole is a TCP proxy to a database that can stop forwarding without
-// closing anything, the way a partition that drops packets looks to both ends:
-// writes succeed, nothing arrives, no connection is reset, new connections are
-// accepted and then hear nothing.
-type blackhole struct {
-	ln      net.Listener
-	target  string
-	dropped atomic.Bool
-	// sent counts the bytes the client side sent while dropped: a statement
-	// that will never be answered.
-	sent atomic.Int64
-
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newBlackhole(t *testing.T, target string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	b := &blackhole{ln: ln, target: target}
-	go b.serve()
-	t.Cleanup(b.close)
-	return b
-}
-
-func (b *blackhole) serve() {
-	for {
-		client, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", b.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		b.mu.Lock()
-		b.conns = append(b.conns, client, server)
-		b.mu.Unlock()
-		go b.pipe(server, client, true)
-		go b.pipe(client, server, false)
-	}
-}
-
-// pipe copies src to dst, dropping what it reads once the hole is open.
-func (b *blackhole) pipe(dst, src net.Conn, fromClient bool) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if b.dropped.Load() {
-				if fromClient {
-					b.sent.Add(int64(n))
-				}
-			} else if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// drop opens the hole: from now on nothing passes, in either direction.
-func (b *blackhole) drop() { b.dropped.Store(true) }
-
-func (b *blackhole) close() {
-	b.ln.Close()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, c := range b.conns {
-		c.Close()
-	}
-}
-
-// url is dbURL with its host replaced by the proxy's address.
-func (b *blackhole) url(t *testing.T, dbURL string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	u.Host = b.ln.Addr().String()
-	return u.String()
-}
 
 // SIGTERM while the database is blackholed, at the largest HTTP_REQUEST_TIMEOUT
 // the configuration accepts: a request waits on the database and the relay holds
@@ -120,9 +31,7 @@ func TestStopWithBlackholedDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := pgtest.New(t, migrations.Labeling)
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	hole := newBlackhole(t, u.Host)
+	dbURL, hole := proxytest.Via(t, db.URL)
 
 	// A billing stand-in that never answers: the relay holds its claim.
 	delivered := make(chan struct{}, 16)
@@ -137,7 +46,7 @@ func TestStopWithBlackholedDatabase(t *testing.T) {
 	t.Cleanup(billing.Close)
 	t.Cleanup(func() { close(hang) })
 
-	env := baseEnv(hole.url(t, db.URL))
+	env := baseEnv(dbURL)
 	env["BILLING_URL"] = billing.URL
 	env["HTTP_REQUEST_TIMEOUT"] = config.MaxRequestTimeout.String()
 	env["OUTBOX_HANDLER_TIMEOUT"] = "60s"
@@ -169,7 +78,7 @@ func TestStopWithBlackholedDatabase(t *testing.T) {
 	}
 
 	// The partition: then a request that waits on the database.
-	hole.drop()
+	hole.Partition()
 	inflight := make(chan int, 1)
 	go func() {
 		code, err := post("/v1/orgs/"+org+"/rules", fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, uuid.NewString()))
@@ -178,7 +87,7 @@ func TestStopWithBlackholedDatabase(t *testing.T) {
 		}
 		inflight <- code
 	}()
-	require.Eventually(t, func() bool { return hole.sent.Load() > 0 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return hole.Dropped() > 0 }, 10*time.Second, 5*time.Millisecond,
 		"a statement went into the hole")
 
 	start := time.Now()

@@ -9,16 +9,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/internal/testsupport/proxytest"
 )
 
 func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
-	dbURL, hole := viaBlackhole(t, db.URL)
+	dbURL, hole := proxytest.Via(t, db.URL)
 	pool, err := pgxpool.New(ctxT(t), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	t.Cleanup(hole.close) // before the pool's: a blackholed connection never answers its goodbye
+	t.Cleanup(hole.Close) // before the pool's: a blackholed connection never answers its goodbye
 
 	cfg := testConfig()
 	cfg.PollInterval, cfg.Notify = time.Hour, true
@@ -40,7 +41,7 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 		<-entered
 	}
 
-	hole.Drop()
+	hole.Partition()
 	close(finish) // the settler's flush of these outcomes now hangs
 	r.Nudge()     // and so does a claim for the free slots
 	require.Eventually(t, func() bool {
