@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
@@ -45,7 +46,7 @@ func setup(t testing.TB) *bundle {
 func setupPool(t testing.TB, pool *pgxpool.Pool, opts ...billing.Option) *bundle {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := billing.NewService(pool, logger, opts...)
+	svc := billing.NewService(postgres.NewDB(pool), logger, opts...)
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, pool)
@@ -696,7 +697,7 @@ func TestReceiptsRetention(t *testing.T) {
 
 	t.Run("the policy names billing_receipts and keeps them for the configured time", func(t *testing.T) {
 		t.Parallel()
-		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour})
+		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour}, postgres.NewDB(nil))
 		require.Equal(t, "billing_receipts", p.Name)
 		require.Equal(t, 720*time.Hour, p.Keep)
 	})
@@ -714,15 +715,15 @@ func TestReceiptsRetention(t *testing.T) {
 				old[i], cut-1-int64(i), young[i], cut+int64(i))
 			require.NoError(t, err)
 		}
-		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: time.Hour})
+		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: time.Hour}, postgres.NewDB(b.pool))
 
-		n, err := p.Delete(ctx, b.pool, cut, 2)
+		n, err := p.Delete(ctx, cut, 2)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
-		n, err = p.Delete(ctx, b.pool, cut, 100)
+		n, err = p.Delete(ctx, cut, 100)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n)
-		n, err = p.Delete(ctx, b.pool, cut, 100)
+		n, err = p.Delete(ctx, cut, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
 
@@ -740,9 +741,9 @@ func TestReceiptsRetention(t *testing.T) {
 		org := uuid.New()
 		ev := newEvent(billing.RuleActivated, org)
 		require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
-		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour})
+		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour}, postgres.NewDB(b.pool))
 		before := time.Now().Add(-p.Keep).UnixMilli()
-		n, err := p.Delete(context.Background(), b.pool, before, 100)
+		n, err := p.Delete(context.Background(), before, 100)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)

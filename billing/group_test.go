@@ -16,6 +16,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/postgres"
 )
 
 // outcome is what one Apply call returned.
@@ -360,7 +361,7 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("a transaction that panics (a defect) hands the lead on: the next delivery is not left waiting", func(t *testing.T) {
 		t.Parallel()
-		svc := billing.NewService(nil, slog.New(slog.NewTextHandler(io.Discard, nil))) // no pool: the statement panics
+		svc := billing.NewService(postgres.NewDB(nil), slog.New(slog.NewTextHandler(io.Discard, nil))) // no pool: the statement panics
 		for i := range 2 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			require.Panics(t, func() { _, _ = svc.Apply(ctx, activated(uuid.New())) }, "delivery %d reaches the database", i)

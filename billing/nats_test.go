@@ -11,6 +11,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/stream"
 )
 
@@ -76,7 +77,7 @@ func TestHandleNATS(t *testing.T) {
 			err := handle(context.Background(), m)
 			require.True(t, terminated(err), "got %v", err)
 			require.True(t, terminated(handle(context.Background(), m)), "a redelivery of it too")
-			rows, err := billing.ListNATSFailed(context.Background(), b.pool)
+			rows, err := billing.ListNATSFailed(context.Background(), postgres.NewDB(b.pool))
 			require.NoError(t, err)
 			require.Len(t, rows, 1, "a redelivery is recorded once")
 			require.Equal(t, m.Sequence, rows[0].StreamSeq)
@@ -97,7 +98,7 @@ func TestHandleNATS(t *testing.T) {
 		second.Stored = first.Stored.Add(time.Hour)
 		require.True(t, terminated(handle(context.Background(), first)))
 		require.True(t, terminated(handle(context.Background(), second)))
-		rows, err := billing.ListNATSFailed(context.Background(), b.pool)
+		rows, err := billing.ListNATSFailed(context.Background(), postgres.NewDB(b.pool))
 		require.NoError(t, err)
 		require.Len(t, rows, 2, "both messages at sequence 1 are recorded")
 		require.Equal(t, first.Data, rows[0].Payload)
@@ -143,7 +144,7 @@ func TestHandleNATS(t *testing.T) {
 			require.True(t, terminated(err), "got %v", err)
 			require.Nil(t, b.activeRules(t, org), "not applied")
 			require.Zero(t, b.count(t, "billing_receipts"))
-			rows, err := billing.ListNATSFailed(context.Background(), b.pool)
+			rows, err := billing.ListNATSFailed(context.Background(), postgres.NewDB(b.pool))
 			require.NoError(t, err)
 			require.Len(t, rows, 1)
 			require.Contains(t, rows[0].Reason, "signature")
@@ -164,7 +165,7 @@ func TestHandleNATS(t *testing.T) {
 		replay.Sequence, replay.MsgID = 2, uuid.NewString() // past the broker's duplicate window
 		require.True(t, terminated(handle(context.Background(), replay)))
 		require.EqualValues(t, 1, *b.activeRules(t, org))
-		rows, err := billing.ListNATSFailed(context.Background(), b.pool)
+		rows, err := billing.ListNATSFailed(context.Background(), postgres.NewDB(b.pool))
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
 		require.Contains(t, rows[0].Reason, "signature")
@@ -199,7 +200,7 @@ func TestHandleNATS(t *testing.T) {
 		require.Zero(t, b.count(t, "billing_nats_failed"))
 		m.Delivered = 5
 		require.True(t, terminated(handle(context.Background(), m)), "at the bound: terminated")
-		rows, err := billing.ListNATSFailed(context.Background(), b.pool)
+		rows, err := billing.ListNATSFailed(context.Background(), postgres.NewDB(b.pool))
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
 		require.Contains(t, rows[0].Reason, "gave up after 5 deliveries")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/web"
 )
@@ -212,7 +213,7 @@ func TestDatabaseDown(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), pool)
-	NewHandler(NewService(pool, NewStore(), &countingNudger{})).Register(e, auth.Disabled())
+	NewHandler(NewService(postgres.NewDB(pool), NewStore(postgres.NewDB(pool)), outbox.NewPostgresStore(pool), &countingNudger{})).Register(e, auth.Disabled())
 	b := &testBundle{e: e, org: uuid.NewString()}
 	id := uuid.NewString()
 

@@ -15,6 +15,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
@@ -42,7 +44,7 @@ func setup(t *testing.T) *testBundle {
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	e := web.New(logger, db.Pool)
 	nudges := &countingNudger{}
-	svc := NewService(db.Pool, NewStore(), nudges)
+	svc := NewService(postgres.NewDB(db.Pool), NewStore(postgres.NewDB(db.Pool)), outbox.NewPostgresStore(db.Pool), nudges)
 	// Authentication is on, as in production: do sends a valid token for the org
 	// of each path (auth_test.go attacks it).
 	iss := authtest.New(t)

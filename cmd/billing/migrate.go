@@ -9,15 +9,14 @@ import (
 	"syscall"
 
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
-	"github.com/acme/outboxpair/migrations"
+	"github.com/acme/outboxpair/infra/database"
 )
 
 // migrate is `billing migrate`: it applies the pending migrations and exits. It
 // reads DATABASE_URL only, is bounded like labeling's by commandTimeout, and is
 // stopped by a signal.
 func migrate(lookup config.Lookup, stdout io.Writer) error {
-	cfg, err := config.LoadCommand(lookup)
+	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
 		return err
 	}
@@ -25,5 +24,7 @@ func migrate(lookup config.Lookup, stdout io.Writer) error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing"))
+	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing")
+	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	return database.MigrateURL(ctx, cfg.DatabaseURL, billingMigrations, logger)
 }

@@ -6,13 +6,13 @@ import (
 	"log/slog"
 
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
-	"github.com/acme/outboxpair/migrations"
+	"github.com/acme/outboxpair/infra/database"
 )
 
 // migrate is `labeling migrate`: it applies the pending migrations and exits.
 func migrate(ctx context.Context, cfg config.Command, stdout io.Writer) error {
 	// Logged like serve's migrations, to this command's stdout.
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
-	return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
+	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	return database.MigrateURL(ctx, cfg.DatabaseURL, labelingMigrations, logger)
 }

@@ -39,7 +39,7 @@ func TestFailed(t *testing.T) {
 		later := appendEvents(t, a.pool, thing{N: 9})[0]
 		exec(t, a.pool, `UPDATE outbox_events SET attempts = 1, failed_at = 500, last_error = 'bad payload' WHERE id = $1`, later)
 
-		got, err := outbox.Failed(ctxT(t), a.pool)
+		got, err := outbox.Failed(ctxT(t), outbox.NewPostgresStore(a.pool))
 		require.NoError(t, err)
 		require.Equal(t, []outbox.FailedRow{
 			{ID: later, Tag: "Thing", Attempts: 1, FailedAt: 500, LastError: "bad payload"},
@@ -50,7 +50,7 @@ func TestFailed(t *testing.T) {
 	t.Run("an empty dead letter is an empty list", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		got, err := outbox.Failed(ctxT(t), db.Pool)
+		got, err := outbox.Failed(ctxT(t), outbox.NewPostgresStore(db.Pool))
 		require.NoError(t, err)
 		require.Empty(t, got)
 	})
@@ -67,7 +67,7 @@ func TestRequeue(t *testing.T) {
 		exec(t, a.pool, `UPDATE outbox_events SET claim_token = gen_random_uuid() WHERE id = $1`, a.failed)
 		before := time.Now().UnixMilli()
 
-		n, err := outbox.Requeue(ctxT(t), a.pool, []uuid.UUID{a.failed, a.processed, a.pending, uuid.New()})
+		n, err := outbox.Requeue(ctxT(t), outbox.NewPostgresStore(a.pool), []uuid.UUID{a.failed, a.processed, a.pending, uuid.New()})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 
@@ -94,7 +94,7 @@ func TestRequeue(t *testing.T) {
 		other := appendEvents(t, a.pool, thing{N: 9})[0]
 		exec(t, a.pool, `UPDATE outbox_events SET attempts = 1, failed_at = 500, claim_token = gen_random_uuid() WHERE id = $1`, other)
 
-		n, err := outbox.RequeueAllFailed(ctxT(t), a.pool)
+		n, err := outbox.RequeueAllFailed(ctxT(t), outbox.NewPostgresStore(a.pool))
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 		require.Zero(t, count(t, a.pool, "failed_at IS NOT NULL"))
@@ -102,7 +102,7 @@ func TestRequeue(t *testing.T) {
 		require.Zero(t, count(t, a.pool, "claim_token IS NOT NULL"))
 		require.NotNil(t, getRow(t, a.pool, a.processed).ProcessedAt)
 
-		n, err = outbox.RequeueAllFailed(ctxT(t), a.pool)
+		n, err = outbox.RequeueAllFailed(ctxT(t), outbox.NewPostgresStore(a.pool))
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -114,7 +114,7 @@ func TestDelete(t *testing.T) {
 	t.Run("deletes failed and processed rows", func(t *testing.T) {
 		t.Parallel()
 		a := setupAdmin(t)
-		n, err := outbox.Delete(ctxT(t), a.pool, []uuid.UUID{a.failed, a.processed, uuid.New()})
+		n, err := outbox.Delete(ctxT(t), outbox.NewPostgresStore(a.pool), []uuid.UUID{a.failed, a.processed, uuid.New()})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 		rows := allRows(t, a.pool)
@@ -125,7 +125,7 @@ func TestDelete(t *testing.T) {
 	t.Run("refuses a pending row and deletes nothing", func(t *testing.T) {
 		t.Parallel()
 		a := setupAdmin(t)
-		n, err := outbox.Delete(ctxT(t), a.pool, []uuid.UUID{a.failed, a.pending, a.processed})
+		n, err := outbox.Delete(ctxT(t), outbox.NewPostgresStore(a.pool), []uuid.UUID{a.failed, a.pending, a.processed})
 		require.ErrorIs(t, err, outbox.ErrPending)
 		require.ErrorContains(t, err, a.pending.String())
 		require.NotContains(t, err.Error(), a.failed.String())
@@ -163,13 +163,13 @@ func TestRequeueReachesRunningRelays(t *testing.T) {
 	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).FailedAt != nil },
 		10*time.Second, 10*time.Millisecond)
 
-	n, err := outbox.Requeue(ctxT(t), db.Pool, []uuid.UUID{failed})
+	n, err := outbox.Requeue(ctxT(t), outbox.NewPostgresStore(db.Pool), []uuid.UUID{failed})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Eventually(t, func() bool { return getRow(t, db.Pool, failed).ProcessedAt != nil },
 		3*time.Second, 10*time.Millisecond, "a running relay delivers a requeued row at once, not at its sweep")
 
-	n, err = outbox.RequeueAllFailed(ctxT(t), db.Pool)
+	n, err = outbox.RequeueAllFailed(ctxT(t), outbox.NewPostgresStore(db.Pool))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).ProcessedAt != nil },

@@ -62,7 +62,7 @@ func TestRelayLogsFailedAttempts(t *testing.T) {
 	cfg := testConfig()
 	cfg.RetryBase, cfg.RetryMax = time.Hour, time.Hour // one failed attempt a row
 	log := newRecords()
-	r, err := outbox.NewRelay(db.Pool, cfg, []outbox.Subscriber{handle(func(context.Context, outbox.Message) error {
+	r, err := outbox.NewRelay(outbox.NewPostgresStore(db.Pool), cfg, []outbox.Subscriber{handle(func(context.Context, outbox.Message) error {
 		return errors.New("billing is down")
 	})}, slog.New(log))
 	require.NoError(t, err)

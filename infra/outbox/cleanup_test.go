@@ -31,7 +31,7 @@ func TestProcessedRetention(t *testing.T) {
 	exec(t, db.Pool, `UPDATE outbox_events SET created_at = $2, available_at = $2 WHERE id = $1`, pending, old)
 	exec(t, db.Pool, `UPDATE outbox_events SET attempts = 1, processed_at = $2 WHERE id = $1`, processedRecently, recent)
 
-	c := retention.New(db.Pool, retention.Config{Interval: time.Hour}, []retention.Policy{outbox.ProcessedRetention(keep)}, testLogger(t))
+	c := retention.New(retention.Config{Interval: time.Hour}, []retention.Policy{outbox.ProcessedRetention(outbox.NewPostgresStore(db.Pool), keep)}, testLogger(t))
 
 	t.Run("deletes old processed rows and keeps failed, pending and recent ones", func(t *testing.T) {
 		deleted, err := c.RunOnce(ctxT(t))

@@ -55,7 +55,7 @@ func TestRelayFenceSurvivesRequeue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.NotNil(t, getRow(t, db.Pool, id).FailedAt)
-	requeued, err := outbox.Requeue(ctxT(t), db.Pool, []uuid.UUID{id})
+	requeued, err := outbox.Requeue(ctxT(t), outbox.NewPostgresStore(db.Pool), []uuid.UUID{id})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, requeued)
 

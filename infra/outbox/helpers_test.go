@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -83,7 +84,7 @@ func appendEvents(t testing.TB, pool *pgxpool.Pool, events ...outbox.Event) []uu
 	ids := make([]uuid.UUID, 0, len(events))
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, e := range events {
-			id, err := outbox.Append(context.Background(), tx, e)
+			id, err := outbox.Append(context.Background(), outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, e)
 			if err != nil {
 				return err
 			}
@@ -134,7 +135,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // newRelay builds a relay that is stopped when the test ends.
 func newRelay(t testing.TB, pool *pgxpool.Pool, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(pool, cfg, subs, testLogger(t))
+	r, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, subs, testLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

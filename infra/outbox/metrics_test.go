@@ -34,7 +34,7 @@ func TestBacklogCollector(t *testing.T) {
 		exec(t, db.Pool, `UPDATE outbox_events SET created_at = $2::bigint - 60000, processed_at = $2 WHERE id = $1`, ids[1], old)
 		exec(t, db.Pool, `UPDATE outbox_events SET created_at = $2::bigint - 60000, failed_at = $2 WHERE id = ANY($1)`, ids[2:], old)
 
-		got := gather(t, outbox.NewBacklogCollector(db.Pool))
+		got := gather(t, outbox.NewBacklogCollector(outbox.NewPostgresStore(db.Pool)))
 		require.Equal(t, 2.0, got["outbox_failed_rows"])
 		age := got["outbox_oldest_pending_age_seconds"]
 		require.GreaterOrEqual(t, age, 60.0, "the oldest pending row, not a processed or failed one")
@@ -44,14 +44,14 @@ func TestBacklogCollector(t *testing.T) {
 	t.Run("an empty outbox has no age", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		got := gather(t, outbox.NewBacklogCollector(db.Pool))
+		got := gather(t, outbox.NewBacklogCollector(outbox.NewPostgresStore(db.Pool)))
 		require.Equal(t, map[string]float64{"outbox_failed_rows": 0, "outbox_oldest_pending_age_seconds": 0}, got)
 	})
 
 	t.Run("an unreachable database leaves the metrics out instead of failing the scrape", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		c := outbox.NewBacklogCollector(db.Pool)
+		c := outbox.NewBacklogCollector(outbox.NewPostgresStore(db.Pool))
 		db.Pool.Close()
 		require.Empty(t, gather(t, c))
 	})

@@ -23,7 +23,7 @@ func TestModule(t *testing.T) {
 	var nudger outbox.Nudger
 	var cleanup *retention.Cleanup
 	app := fxtest.New(t,
-		fx.Supply(db.Pool, cfg, testLogger(t), retention.Config{Interval: time.Hour}),
+		fx.Supply(fx.Annotate(outbox.NewPostgresStore(db.Pool), fx.As(new(outbox.Store))), cfg, testLogger(t), retention.Config{Interval: time.Hour}),
 		fx.Provide(func() []outbox.Subscriber {
 			return []outbox.Subscriber{handle(func(_ context.Context, m outbox.Message) error {
 				delivered <- m

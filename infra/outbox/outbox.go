@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Event is a domain fact that travels through the outbox. Its JSON encoding is its
@@ -26,13 +27,14 @@ type Event interface {
 	EventTag() string
 }
 
-// Append inserts event as a pending outbox row inside tx and returns the row's id,
-// a fresh UUIDv7. It is atomic with the caller's transaction: the row exists if
-// and only if tx commits. It is a plain INSERT with no ON CONFLICT: every call is a
-// new fact. After the commit, call Nudge so the local relay delivers at once.
-// When ctx holds a valid span (a traced request), the row also stores its W3C
-// trace context, and the relay's dispatch of the row links to it.
-func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
+// Append inserts event as a pending outbox row inside tx, through store (the
+// outbox store of tx's dialect), and returns the row's id, a fresh UUIDv7. It is
+// atomic with the caller's transaction: the row exists if and only if tx
+// commits. It is a plain INSERT with no ON CONFLICT: every call is a new fact.
+// After the commit, call Nudge so the local relay delivers at once. When ctx
+// holds a valid span (a traced request), the row also stores its W3C trace
+// context, and the relay's dispatch of the row links to it.
+func Append(ctx context.Context, store Store, tx sqldb.Tx, event Event) (uuid.UUID, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: new id: %w", err)
@@ -41,11 +43,9 @@ func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: encode %s: %w", event.EventTag(), err)
 	}
-	now := time.Now().UnixMilli()
-	_, err = tx.Exec(ctx, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
-		VALUES ($1, $2, $3, $4, $4, 0, $5)`,
-		id, event.EventTag(), payload, now, traceContext(ctx))
+	err = store.Append(ctx, tx, NewRow{
+		ID: id, Tag: event.EventTag(), Payload: payload, CreatedAt: time.Now().UnixMilli(), Trace: traceContext(ctx),
+	})
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: append %s: %w", event.EventTag(), err)
 	}

@@ -170,7 +170,7 @@ func runPropertyCase(t *testing.T, rt *rapid.T, pool *pgxpool.Pool) {
 			return outbox.Permanent(errors.New("refused"))
 		}
 	})
-	r, err := outbox.NewRelay(pool, cfg, []outbox.Subscriber{subscriber}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, []outbox.Subscriber{subscriber}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(rt, err, "every setting the configuration accepts starts")
 
 	// Appended in one transaction before the relay starts: the index must be

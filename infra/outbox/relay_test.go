@@ -25,7 +25,7 @@ func TestNewRelay(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig()
 		cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, 30*time.Second, 29*time.Second
-		_, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
+		_, err := outbox.NewRelay(outbox.NewPostgresStore(db.Pool), cfg, nil, nil)
 		require.ErrorContains(t, err, "handler timeout (30s) exceeds the lease (29s)")
 	})
 
@@ -35,7 +35,7 @@ func TestNewRelay(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig()
 		cfg.ClaimSize, cfg.Workers, cfg.HandlerTimeout, cfg.Lease = 100, 40, 30*time.Second, 5*time.Minute
-		r, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
+		r, err := outbox.NewRelay(outbox.NewPostgresStore(db.Pool), cfg, nil, nil)
 		require.NoError(t, err)
 		require.NoError(t, r.Stop(ctxT(t)))
 	})
@@ -56,16 +56,16 @@ func TestNewRelay(t *testing.T) {
 		} {
 			cfg := testConfig()
 			mutate(&cfg)
-			_, err := outbox.NewRelay(db.Pool, cfg, nil, nil)
+			_, err := outbox.NewRelay(outbox.NewPostgresStore(db.Pool), cfg, nil, nil)
 			require.ErrorContains(t, err, name)
 		}
 	})
 
 	t.Run("rejects a subscriber without a tag or handler", func(t *testing.T) {
 		t.Parallel()
-		_, err := outbox.NewRelay(db.Pool, testConfig(), []outbox.Subscriber{{Tag: "", Handle: ok}}, nil)
+		_, err := outbox.NewRelay(outbox.NewPostgresStore(db.Pool), testConfig(), []outbox.Subscriber{{Tag: "", Handle: ok}}, nil)
 		require.ErrorContains(t, err, "subscriber 0")
-		_, err = outbox.NewRelay(db.Pool, testConfig(), []outbox.Subscriber{{Tag: "Thing"}}, nil)
+		_, err = outbox.NewRelay(outbox.NewPostgresStore(db.Pool), testConfig(), []outbox.Subscriber{{Tag: "Thing"}}, nil)
 		require.ErrorContains(t, err, "subscriber 0")
 	})
 }

@@ -134,7 +134,7 @@ func TestRelaySettleFailures(t *testing.T) {
 		db := newDB(t)
 		exec(t, db.Pool, block)
 		var calls atomic.Int32
-		r, err := outbox.NewRelay(db.Pool, testConfig(), []outbox.Subscriber{handle(func(context.Context, outbox.Message) error {
+		r, err := outbox.NewRelay(outbox.NewPostgresStore(db.Pool), testConfig(), []outbox.Subscriber{handle(func(context.Context, outbox.Message) error {
 			calls.Add(1)
 			return nil
 		})}, testLogger(t))
