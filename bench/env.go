@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"runtime"
@@ -159,8 +158,8 @@ func (e *env) template(ctx context.Context, s schema) (string, error) {
 	return name, nil
 }
 
-func migrateProject(ctx context.Context, dbURL string, fsys fs.FS) error {
-	return postgres.MigrateURL(ctx, dbURL, fsys, nil)
+func migrateProject(ctx context.Context, dbURL string, set migrations.Set) error {
+	return postgres.MigrateURL(ctx, dbURL, set, nil)
 }
 
 func migrateRiver(ctx context.Context, dbURL string) error {

@@ -49,9 +49,8 @@ func TestPairScript(t *testing.T) {
 	t.Parallel()
 	b, ctx := testBench(t)
 	var err error
-	if b.pgbenchPath, err = exec.LookPath("pgbench"); err != nil {
-		t.Skip("pgbench not in PATH")
-	}
+	b.pgbenchPath, err = exec.LookPath("pgbench")
+	require.NoError(t, err, "pgbench must be in PATH (Debian: postgresql-client)")
 	p, err := b.capturePairSQL(ctx)
 	require.NoError(t, err)
 	script, unit, err := pairScript(p, b.relayCfg.ClaimSize, consumerScript)

@@ -329,14 +329,14 @@ func pairScript(p pairSQL, claimSize int, billingTxn string) (script string, uni
 	if err != nil {
 		return "", 0, fmt.Errorf("claim: %w", err)
 	}
-	if !strings.Contains(claim, "{LIMIT}") {
-		// A limit written into the statement stays a literal, as the relay writes it.
-		lit := regexp.MustCompile(`(?i)\bLIMIT\s+` + strconv.Itoa(p.limit) + `\b`)
-		if !lit.MatchString(claim) {
-			return "", 0, fmt.Errorf("claim: its limit (%d at capture) is neither a parameter nor a literal LIMIT", p.limit)
-		}
-		claim = lit.ReplaceAllString(claim, "LIMIT {LITERAL}")
+	// A limit written into the statement stays a literal, as the relay writes
+	// it (the claim may have both: a literal claim size and a parameter for the
+	// free workers, equal at capture).
+	lit := regexp.MustCompile(`(?i)\bLIMIT\s+` + strconv.Itoa(p.limit) + `\b`)
+	if !strings.Contains(claim, "{LIMIT}") && !lit.MatchString(claim) {
+		return "", 0, fmt.Errorf("claim: its limit (%d at capture) is neither a parameter nor a literal LIMIT", p.limit)
 	}
+	claim = lit.ReplaceAllString(claim, "LIMIT {LITERAL}")
 	sexprs, err := settleParams(p.settle.args, p.at)
 	if err != nil {
 		return "", 0, err

@@ -330,11 +330,14 @@ func (c *cluster) requireStopExitCodes(t *testing.T, states map[*proc]*os.Proces
 	}
 	code := states[c.lab()].ExitCode()
 	t.Logf("partition: labeling exited %d leaving %d claims to their lease", code, len(held))
+	// Exit 0 promises that no claim was left to its lease, so claims left
+	// there must exit 1. The converse cannot hold: a settle sent just before
+	// the partition may commit while its answer is dropped, so the relay cannot
+	// tell that it did, and says so with exit 1 although nothing was left.
 	if len(held) > 0 {
 		require.Equal(t, 1, code, "labeling left claims to their lease, so its stop exits 1:\n%s", strings.Join(held, "\n"))
-	} else {
-		require.Equal(t, 0, code, "labeling left no claim to its lease, so its stop exits 0")
 	}
+	require.Contains(t, []int{0, 1}, code, "labeling's stop exits 0 or 1")
 }
 
 // services is every service process: billing, then the labeling processes.

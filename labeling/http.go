@@ -118,7 +118,7 @@ func (h *Handler) list(c echo.Context) error {
 	if v, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(v[0])
 		if err != nil || n < 1 || n > MaxPageSize {
-			return fault.Errorf(fault.Invalid, "limit must be an integer from 1 to %d, got %q", MaxPageSize, v[0])
+			return fault.Errorf(fault.Invalid, "limit must be an integer from 1 to %d, got %q", MaxPageSize, web.Clip(v[0], web.MaxEcho))
 		}
 		limit = n
 	}
@@ -200,9 +200,9 @@ func checkQuery(q url.Values, allowed []string) error {
 		}
 		switch {
 		case !known:
-			return fault.Errorf(fault.Invalid, "unknown query parameter %q", name)
+			return fault.Errorf(fault.Invalid, "unknown query parameter %q", web.Clip(name, web.MaxEcho))
 		case len(q[name]) > 1:
-			return fault.Errorf(fault.Invalid, "query parameter %q given more than once", name)
+			return fault.Errorf(fault.Invalid, "query parameter %q given more than once", web.Clip(name, web.MaxEcho))
 		}
 	}
 	return nil

@@ -313,6 +313,24 @@ func TestListRules(t *testing.T) {
 		}
 		requireError(t, b.do(t, http.MethodGet, rulesPath("acme"), ""), http.StatusBadRequest, "invalid")
 	})
+
+	// Each site that repeats client input in a 400 clips it (the README's 64).
+	long := strings.Repeat("x", 5000)
+	for site, query := range map[string]string{
+		"a long limit value":            "limit=" + long,
+		"a long unknown parameter name": long + "=1",
+	} {
+		t.Run("a 400 for "+site+" repeats at most 64 of its characters", func(t *testing.T) {
+			t.Parallel()
+			b := shared.withOrg()
+			rec := b.do(t, http.MethodGet, rulesPath(b.org)+"?"+query, "")
+			body := rec.Body.String() // requireError consumes the body
+			requireError(t, rec, http.StatusBadRequest, "invalid")
+			require.Less(t, len(body), 300, body)
+			require.Contains(t, body, strings.Repeat("x", 64)+"…")
+			require.NotContains(t, body, strings.Repeat("x", 65))
+		})
+	}
 }
 
 func TestActivateRule(t *testing.T) {

@@ -38,16 +38,17 @@ func TestDialectsAgree(t *testing.T) {
 		name     string
 		pg, lite fs.FS
 		table    string
+		set      migrations.Set
 	}{
-		{"labeling", migrations.Labeling, migrations.LabelingSQLite, "labeling_goose_db_version"},
-		{"billing", migrations.Billing, migrations.BillingSQLite, "billing_goose_db_version"},
+		{"labeling", migrations.Labeling.FS, migrations.Labeling.SQLite, migrations.Labeling.Table, migrations.Labeling},
+		{"billing", migrations.Billing.FS, migrations.Billing.SQLite, migrations.Billing.Table, migrations.Billing},
 	} {
 		t.Run(set.name+" has the same versions and ends in the same tables and columns", func(t *testing.T) {
 			t.Parallel()
 			require.NotEmpty(t, versions(t, set.pg))
 			require.Equal(t, versions(t, set.pg), versions(t, set.lite))
 
-			pg := pgtest.New(t, set.pg)
+			pg := pgtest.New(t, set.set)
 			rows, err := pg.Pool.Query(context.Background(), `
 				SELECT table_name || '.' || column_name FROM information_schema.columns
 				WHERE table_schema = 'public' AND table_name NOT LIKE '%goose_db_version'

@@ -10,6 +10,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // migrate is `billing migrate`: it applies the pending migrations and exits. It
@@ -26,5 +27,5 @@ func migrate(lookup config.Lookup, stdout io.Writer) error {
 	defer cancel()
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	return database.MigrateURL(ctx, cfg.DatabaseURL, billingMigrations, logger)
+	return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, logger)
 }

@@ -42,7 +42,7 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 	return service.Run(
 		fx.Supply(
 			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: billingMigrations, Bounds: database.Bounds{
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: database.Bounds{
 				StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
 			}},
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
@@ -54,7 +54,8 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		fx.Provide(func(db sqldb.DB) web.Pinger { return db }),
-		database.Module,
+		// Closed after every user of it has stopped, within its own share.
+		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
 		web.Module,
 		auth.Module,
 		// Stops after the HTTP server has drained, within its own share.
@@ -63,11 +64,6 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 		// Stops after the HTTP server has drained, within its own share.
 		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
 	)
-}
-
-// billingMigrations is billing's migration set in both dialects.
-var billingMigrations = database.Migrations{
-	Postgres: migrations.Billing, SQLite: migrations.BillingSQLite, Table: "billing_goose_db_version",
 }
 
 // logDefaultDatabase says, at start, that DATABASE_URL was unset and which

@@ -7,6 +7,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // migrate is `labeling migrate`: it applies the pending migrations and exits.
@@ -14,5 +15,5 @@ func migrate(ctx context.Context, cfg config.Command, stdout io.Writer) error {
 	// Logged like serve's migrations, to this command's stdout.
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	return database.MigrateURL(ctx, cfg.DatabaseURL, labelingMigrations, logger)
+	return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
 }

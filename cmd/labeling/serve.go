@@ -44,7 +44,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 	return fx.Options(
 		fx.Supply(
 			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: labelingMigrations, Bounds: dbBounds(cfg.Bounds)},
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			outbox.Config{
 				PollInterval:       cfg.PollInterval,
@@ -70,7 +70,8 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 			// The stores of the database's dialect, chosen once.
 			outbox.NewStore,
 		),
-		database.Module,
+		// Closed after every user of it has stopped, within its own share.
+		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
 		web.Module,
 		auth.Module,
 		// Each background component stops within its own share of the budget,
@@ -136,11 +137,6 @@ func subscribers(billing *delivery.Client) []outbox.Subscriber {
 // dbBounds are the database's bounds from the configuration.
 func dbBounds(b config.Bounds) database.Bounds {
 	return database.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
-}
-
-// labelingMigrations is labeling's migration set in both dialects.
-var labelingMigrations = database.Migrations{
-	Postgres: migrations.Labeling, SQLite: migrations.LabelingSQLite, Table: "labeling_goose_db_version",
 }
 
 // logDefaultDatabase says, at start, that DATABASE_URL was unset and which

@@ -133,6 +133,17 @@ func TestGuard(t *testing.T) {
 		require.Zero(t, b.calls.Load())
 	})
 
+	t.Run("a 400 for a long org repeats at most 64 of its characters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		rec := b.get(t, strings.Repeat("x", 5000), bearer(b.iss.For(t, b.org)))
+		require.Equal(t, http.StatusBadRequest, rec.Code)
+		require.Less(t, rec.Body.Len(), 300, rec.Body.String())
+		require.Contains(t, rec.Body.String(), strings.Repeat("x", 64)+"…")
+		require.NotContains(t, rec.Body.String(), strings.Repeat("x", 65))
+		require.Zero(t, b.calls.Load())
+	})
+
 	// Every attack gets a 401 and never reaches the handler.
 	attacks := []struct {
 		name      string

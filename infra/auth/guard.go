@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/web"
 )
 
 // realm names the protected resource in WWW-Authenticate.
@@ -65,7 +66,7 @@ func (g *Guard) Org(param string, notFound error) echo.MiddlewareFunc {
 			raw := c.Param(param)
 			org, err := uuid.Parse(raw)
 			if err != nil || len(raw) != 36 {
-				return fault.Errorf(fault.Invalid, "%s must be a UUID, got %q", param, raw)
+				return fault.Errorf(fault.Invalid, "%s must be a UUID, got %q", param, web.Clip(raw, web.MaxEcho))
 			}
 			if !claims.Has(org) {
 				refused.WithLabelValues(reasonOrg).Inc()

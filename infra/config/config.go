@@ -146,7 +146,10 @@ const (
 	DefaultStatementTimeout = 5 * time.Second
 	DefaultLockTimeout      = 2 * time.Second
 
-	MaxRequestTimeout = 5 * time.Minute
+	// MaxRequestTimeout keeps the stop budget under an orchestrator's 30 s
+	// (service.StopGrace): the HTTP drain's share is this plus 2 s, the other
+	// shares take 12 s, so 15 s makes a 29 s stop.
+	MaxRequestTimeout = 15 * time.Second
 	MaxClaimSize      = 1000
 	// DefaultWorkers is OUTBOX_WORKERS's default: rows in flight per relay. Billing
 	// commits once per event, so its throughput grows with the deliveries it is

@@ -1,15 +1,19 @@
 package config_test
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/web"
 )
 
 func env(kv map[string]string) config.Lookup {
@@ -363,4 +367,32 @@ func credsFile(t *testing.T) string {
 	path := filepath.Join(t.TempDir(), "nats.creds")
 	require.NoError(t, os.WriteFile(path, []byte("creds"), 0o600))
 	return path
+}
+
+// The stop budget (contract section 5) must end before an orchestrator's
+// SIGKILL for every HTTP_REQUEST_TIMEOUT that start-up accepts.
+func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
+	t.Parallel()
+	loaders := map[string]func(config.Lookup) (config.Bounds, error){
+		"labeling": func(l config.Lookup) (config.Bounds, error) { c, err := config.LoadLabeling(l); return c.Bounds, err },
+		"billing":  func(l config.Lookup) (config.Bounds, error) { c, err := config.LoadBilling(l); return c.Bounds, err },
+	}
+	for svc, load := range loaders {
+		t.Run(svc+": the largest accepted timeout stops under 30s, a larger one is refused naming it", func(t *testing.T) {
+			t.Parallel()
+			kv := base()
+			kv["HTTP_REQUEST_TIMEOUT"] = config.MaxRequestTimeout.String()
+			b, err := load(env(kv))
+			require.NoError(t, err)
+			require.Equal(t, config.MaxRequestTimeout, b.RequestTimeout)
+			server := web.NewServer(web.Config{RequestTimeout: b.RequestTimeout}, echo.New(), slog.New(slog.DiscardHandler))
+			budget := service.StopTimeout(server.DrainTimeout())
+			require.Less(t, budget, service.StopGrace, "the stop budget at HTTP_REQUEST_TIMEOUT=%s", config.MaxRequestTimeout)
+			require.LessOrEqual(t, service.StopGrace, 30*time.Second, "Kubernetes' default grace")
+
+			kv["HTTP_REQUEST_TIMEOUT"] = (config.MaxRequestTimeout + time.Millisecond).String()
+			_, err = load(env(kv))
+			require.ErrorContains(t, err, "HTTP_REQUEST_TIMEOUT")
+		})
+	}
 }

@@ -8,7 +8,6 @@ package database
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // DB is an open database: the port the use cases see, and its Close.
@@ -32,13 +32,6 @@ type DB interface {
 type Bounds struct {
 	StatementTimeout time.Duration
 	LockTimeout      time.Duration
-}
-
-// Migrations are one service's migration set in both dialects.
-type Migrations struct {
-	Postgres fs.FS
-	SQLite   fs.FS
-	Table    string // the version table (SQLite; PostgreSQL names its own)
 }
 
 // Open opens url's database with b. It does not wait for a PostgreSQL server
@@ -58,10 +51,10 @@ func Open(ctx context.Context, url string, b Bounds) (DB, error) {
 // Migrate applies the pending migrations of m in db's dialect, safe for
 // replicas that start together (a PostgreSQL session lock; a file lock on
 // SQLite).
-func Migrate(ctx context.Context, db DB, m Migrations, logger *slog.Logger) error {
+func Migrate(ctx context.Context, db DB, m migrations.Set, logger *slog.Logger) error {
 	switch d := db.(type) {
 	case *postgres.DB:
-		return postgres.Migrate(ctx, d.Pool, m.Postgres, logger)
+		return postgres.Migrate(ctx, d.Pool, m, logger)
 	case *sqlite.DB:
 		return sqlite.Migrate(ctx, d, m.SQLite, m.Table, logger)
 	default:
@@ -71,7 +64,7 @@ func Migrate(ctx context.Context, db DB, m Migrations, logger *slog.Logger) erro
 
 // MigrateURL opens url without bounds (a migration may rightly take longer than
 // any request), migrates it and closes it.
-func MigrateURL(ctx context.Context, url string, m Migrations, logger *slog.Logger) error {
+func MigrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.Logger) error {
 	db, err := Open(ctx, url, Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
@@ -83,7 +76,7 @@ func MigrateURL(ctx context.Context, url string, m Migrations, logger *slog.Logg
 // Config names a service's database, its migrations and its bounds.
 type Config struct {
 	URL        string
-	Migrations Migrations
+	Migrations migrations.Set
 	Bounds     Bounds
 }
 
@@ -99,8 +92,28 @@ var Module = fx.Module("database",
 		}
 		lc.Append(fx.Hook{
 			OnStart: func(ctx context.Context) error { return MigrateURL(ctx, cfg.URL, cfg.Migrations, logger) },
-			OnStop:  func(context.Context) error { return db.Close() },
+			OnStop:  func(ctx context.Context) error { closeWithin(ctx, db, logger); return nil },
 		})
 		return db, nil
 	}),
 )
+
+// closeWithin closes db, waiting no longer than ctx: a PostgreSQL pool's close
+// waits for each connection's goodbye, which an unreachable server never
+// answers; the server ends a session whose client is gone.
+func closeWithin(ctx context.Context, db DB, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		if err := db.Close(); err != nil {
+			logger.Warn("database close failed", "err", err)
+		}
+		close(done)
+	}()
+	start := time.Now()
+	select {
+	case <-done:
+		logger.Info("database closed", "duration_ms", time.Since(start).Milliseconds())
+	case <-ctx.Done():
+		logger.Warn("database did not close within its share of the stop budget; its connections are left to the exit")
+	}
+}

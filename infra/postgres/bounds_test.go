@@ -52,6 +52,48 @@ func TestBounds(t *testing.T) {
 		require.Equal(t, "read committed", show(t, ctx, plain, "transaction_isolation"), "Open pins the level too")
 	})
 
+	t.Run("a transaction left idle on a bounded connection is ended by the server and frees its locks", func(t *testing.T) {
+		t.Parallel()
+		db, ctx := setup(t)
+		_, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)`)
+		require.NoError(t, err)
+		pool, err := postgres.OpenBounded(ctx, db.URL, postgres.Bounds{StatementTimeout: 1500 * time.Millisecond, LockTimeout: time.Minute})
+		require.NoError(t, err)
+		defer pool.Close()
+		require.Equal(t, "1500ms", show(t, ctx, pool, "idle_in_transaction_session_timeout"))
+
+		// A client cut off mid-transaction (a partition) sends nothing more: here
+		// the transaction simply stays open holding its row lock.
+		abandoned, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = abandoned.Rollback(context.Background()) }()
+		_, err = abandoned.Exec(ctx, `SELECT 1 FROM t WHERE id = 1 FOR UPDATE`)
+		require.NoError(t, err)
+
+		// Another client (unbounded, so only the server's timeout can free it)
+		// gets the lock once the server ends the idle session.
+		start := time.Now()
+		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err = db.Pool.Exec(waitCtx, `UPDATE t SET id = 2 WHERE id = 1`)
+		require.NoError(t, err, "the lock was freed before the test's own deadline")
+		require.Less(t, time.Since(start), 10*time.Second)
+		_, err = abandoned.Exec(ctx, `SELECT 1`)
+		require.Error(t, err, "the abandoned transaction was ended")
+	})
+
+	t.Run("the idle-in-transaction timeout is the statement timeout within 1s to 5s", func(t *testing.T) {
+		t.Parallel()
+		for statement, want := range map[time.Duration]time.Duration{
+			100 * time.Millisecond: time.Second,
+			3 * time.Second:        3 * time.Second,
+			5 * time.Second:        5 * time.Second,
+			time.Hour:              5 * time.Second,
+		} {
+			require.Equal(t, want, postgres.IdleInTransactionTimeout(statement), statement)
+		}
+	})
+
 	t.Run("a lock wait over lock_timeout fails as unavailable instead of waiting for ever", func(t *testing.T) {
 		t.Parallel()
 		db, ctx := setup(t)

@@ -27,13 +27,29 @@ const (
 	RelayStopTimeout = 8 * time.Second
 	// CleanupStopTimeout bounds the retention loop's Stop.
 	CleanupStopTimeout = 2 * time.Second
-	// closeReserve is for what stops last without a share of its own (closing
-	// the pool once every user of it has stopped).
+	// closeReserve is for what stops last: closing the pool once every user of
+	// it has stopped, then flushing the spans.
 	closeReserve = 2 * time.Second
 	// TelemetryStopTimeout bounds the flush of buffered spans, which stops last:
 	// taken from closeReserve, so the whole budget does not grow.
 	TelemetryStopTimeout = time.Second
+	// PoolStopTimeout bounds closing the database pool: the rest of
+	// closeReserve. A pool whose connections a partition holds may not finish
+	// closing (each one waits to say goodbye); it is left to the process exit,
+	// and the server ends those sessions (idle_in_transaction_session_timeout,
+	// infra/postgres), so nothing is lost by not waiting.
+	PoolStopTimeout = closeReserve - TelemetryStopTimeout
 )
+
+// withinSlack is how much sooner than its share's end a stop's context ends
+// (at most; a tenth of a short share).
+const withinSlack = 100 * time.Millisecond
+
+// StopGrace is what an orchestrator gives a process between SIGTERM and SIGKILL
+// by default (Kubernetes' terminationGracePeriodSeconds; docker-compose.yml's
+// stop_grace_period): the stop budget, StopTimeout, stays under it for every
+// HTTP_REQUEST_TIMEOUT the configuration accepts (config.MaxRequestTimeout).
+const StopGrace = 30 * time.Second
 
 // StartTimeout bounds start-up, including waiting for another replica's migrations.
 const StartTimeout = 2 * time.Minute
@@ -46,7 +62,9 @@ func Logger(service string) *slog.Logger {
 }
 
 // StopTimeout is the whole stop budget of an app whose server drains within
-// drain: the sum of every share, so each component gets its full share.
+// drain: the sum of every share, so each component gets its full share. Run
+// returns by it whatever the components or the database do: a step that
+// overruns its share only shortens the later ones, and the stop then fails.
 func StopTimeout(drain time.Duration) time.Duration {
 	return drain + RelayStopTimeout + CleanupStopTimeout + closeReserve
 }
@@ -86,15 +104,36 @@ func Run(opts ...fx.Option) error {
 }
 
 // Within returns stop bounded by d: its context ends d after the call (or when the
-// caller's ends, if sooner).
+// caller's ends, if sooner), and it returns then even if stop has not: a
+// component that overruns its share (blocked on an unreachable database, say)
+// is left to finish in the background until the exit, with an error naming the
+// share, so the steps after it still get theirs.
 func Within(d time.Duration, stop func(context.Context) error) func(context.Context) error {
 	if stop == nil {
 		return nil
 	}
 	return func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, d)
+		hard, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		return stop(ctx)
+		// stop's own deadline comes a moment before the share ends, so a stop
+		// that honours it returns its own answer (nil after a clean give-up)
+		// rather than being cut off.
+		deadline, _ := hard.Deadline()
+		soft, cancelSoft := context.WithDeadline(hard, deadline.Add(-min(d/10, withinSlack)))
+		defer cancelSoft()
+		done := make(chan error, 1)
+		go func() { done <- stop(soft) }()
+		select {
+		case err := <-done:
+			return err
+		case <-hard.Done():
+			select {
+			case err := <-done: // returned at the deadline: its own answer counts
+				return err
+			default:
+			}
+			return fmt.Errorf("did not stop within its share of the stop budget (%s): %w", d, hard.Err())
+		}
 	}
 }
 

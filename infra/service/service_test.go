@@ -1,10 +1,14 @@
 package service
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -59,5 +63,79 @@ func TestHealthcheck(t *testing.T) {
 	t.Run("an address without a port is an error naming HTTP_ADDR", func(t *testing.T) {
 		t.Parallel()
 		require.ErrorContains(t, Healthcheck("localhost"), "HTTP_ADDR")
+	})
+}
+
+func TestWithin(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a stop that ignores its context is left behind at the end of its share, with an error", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		// Ignores ctx; gives up by itself after a while, so a Within that waits
+		// for it fails the test rather than hanging it.
+		stuck := func(context.Context) error {
+			select {
+			case <-release:
+			case <-time.After(3 * time.Second):
+			}
+			return nil
+		}
+
+		start := time.Now()
+		err := Within(50*time.Millisecond, stuck)(context.Background())
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorContains(t, err, "50ms")
+		require.Less(t, time.Since(start), 2*time.Second, "returned at its share, not when the stop did")
+	})
+
+	t.Run("the caller's earlier deadline wins over the share", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := Within(time.Minute, func(context.Context) error {
+			select {
+			case <-release:
+			case <-time.After(3 * time.Second):
+			}
+			return nil
+		})(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 2*time.Second)
+	})
+
+	t.Run("a stop that returns in time gives its own answer", func(t *testing.T) {
+		t.Parallel()
+		want := errors.New("flush failed")
+		require.ErrorIs(t, Within(time.Minute, func(context.Context) error { return want })(context.Background()), want)
+		require.NoError(t, Within(time.Minute, func(context.Context) error { return nil })(context.Background()))
+	})
+
+	t.Run("a stop that honours its context returns its own error at the deadline", func(t *testing.T) {
+		t.Parallel()
+		err := Within(20*time.Millisecond, func(ctx context.Context) error {
+			<-ctx.Done()
+			return fmt.Errorf("relay: %w", ctx.Err())
+		})(context.Background())
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+func TestWithinGivesUpCleanly(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a stop that gives up cleanly at its context's end is not reported as overrunning", func(t *testing.T) {
+		t.Parallel()
+		for range 20 {
+			err := Within(30*time.Millisecond, func(ctx context.Context) error {
+				<-ctx.Done()
+				return nil // nothing lost by giving up, as the pool's close
+			})(context.Background())
+			require.NoError(t, err)
+		}
 	})
 }

@@ -104,7 +104,7 @@ func TestMigrateReplicas(t *testing.T) {
 				return
 			}
 			defer db.Close()
-			errs[i] = sqlite.Migrate(context.Background(), db, migrations.LabelingSQLite, "labeling_goose_db_version", nil)
+			errs[i] = sqlite.Migrate(context.Background(), db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil)
 		})
 	}
 	wg.Wait()

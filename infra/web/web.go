@@ -104,9 +104,10 @@ func routeLabel(c echo.Context) string {
 	return "unmatched"
 }
 
-// maxEcho is the most characters of client input an error message or a log line
-// repeats.
-const maxEcho = 64
+// MaxEcho is the most characters of client input an error message or a log line
+// repeats (the README's promise): every echo of client input goes through
+// Clip(s, MaxEcho).
+const MaxEcho = 64
 
 // Clip returns s cut to at most n runes, with "…" when it was cut, so that an
 // error message or a log line never repeats a client's whole input.
@@ -281,13 +282,13 @@ func decodeError(err error) error {
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		return fault.Errorf(fault.Invalid, "body is not valid JSON")
 	case errors.As(err, &typ):
-		return fault.Errorf(fault.Invalid, "field %q must be a %s", Clip(typ.Field, maxEcho), typ.Type)
+		return fault.Errorf(fault.Invalid, "field %q must be a %s", Clip(typ.Field, MaxEcho), typ.Type)
 	}
 	// encoding/json reports unknown fields as `json: unknown field "x"`; any other
 	// error came from reading the body (a timeout, a reset connection), and its text
 	// may name internal addresses: answer a fixed message.
 	if field, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
-		return fault.Errorf(fault.Invalid, "body: unknown field %q", Clip(strings.TrimSuffix(field, `"`), maxEcho))
+		return fault.Errorf(fault.Invalid, "body: unknown field %q", Clip(strings.TrimSuffix(field, `"`), MaxEcho))
 	}
 	return fault.Errorf(fault.Invalid, "body could not be read")
 }

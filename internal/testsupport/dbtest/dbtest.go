@@ -14,7 +14,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io/fs"
 	"path/filepath"
 	"testing"
 	"time"
@@ -44,19 +43,6 @@ func Each(t *testing.T, fn func(t *testing.T, d sqldb.Dialect)) {
 	}
 }
 
-// Set is one service's migrations in both dialects.
-type Set struct {
-	Postgres fs.FS
-	SQLite   fs.FS
-	Table    string // SQLite's version table
-}
-
-// The two services' sets.
-var (
-	Labeling = Set{Postgres: migrations.Labeling, SQLite: migrations.LabelingSQLite, Table: "labeling_goose_db_version"}
-	Billing  = Set{Postgres: migrations.Billing, SQLite: migrations.BillingSQLite, Table: "billing_goose_db_version"}
-)
-
 // DB is one test's database.
 type DB struct {
 	sqldb.DB
@@ -68,10 +54,10 @@ type DB struct {
 
 // New returns a fresh database of dialect d with every migration of set
 // applied, closed (and dropped) when t ends.
-func New(t testing.TB, d sqldb.Dialect, set Set) *DB {
+func New(t testing.TB, d sqldb.Dialect, set migrations.Set) *DB {
 	t.Helper()
 	if d == sqldb.Postgres {
-		pg := pgtest.New(t, set.Postgres)
+		pg := pgtest.New(t, set)
 		return &DB{DB: postgres.NewDB(pg.Pool), Dialect: d, URL: pg.URL, Pool: pg.Pool}
 	}
 	db := OpenSQLite(t, "sqlite:"+filepath.Join(t.TempDir(), "test.db"))

@@ -32,6 +32,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // EnvURL names the variable that points the tests at a PostgreSQL server.
@@ -58,14 +59,14 @@ type templateState struct {
 	err  error
 }
 
-// New returns a fresh database with every migration of fsys applied. It is dropped
+// New returns a fresh database with every migration of set applied. It is dropped
 // when t ends.
-func New(t testing.TB, fsys fs.FS) *DB {
+func New(t testing.TB, set migrations.Set) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := ServerURL(t)
-	tmpl, err := template(ctx, admin, fsys)
+	tmpl, err := template(ctx, admin, set)
 	if err != nil {
 		t.Fatalf("pgtest: prepare template database: %v", err)
 	}
@@ -189,21 +190,21 @@ func startContainer() (u string, err error) {
 	return c.ConnectionString(ctx, "sslmode=disable")
 }
 
-// template returns the name of a database holding exactly the migrations of fsys,
+// template returns the name of a database holding exactly the migrations of set,
 // creating it once per server. Its name is a hash of the files, so a changed
 // migration gets a new template and no run depends on what an earlier one left.
-func template(ctx context.Context, admin string, fsys fs.FS) (string, error) {
-	hash, err := hashFS(fsys)
+func template(ctx context.Context, admin string, set migrations.Set) (string, error) {
+	hash, err := hashSet(set)
 	if err != nil {
 		return "", err
 	}
 	v, _ := templates.LoadOrStore(hash, &templateState{})
 	st := v.(*templateState)
-	st.once.Do(func() { st.name, st.err = createTemplate(ctx, admin, hash, fsys) })
+	st.once.Do(func() { st.name, st.err = createTemplate(ctx, admin, hash, set) })
 	return st.name, st.err
 }
 
-func createTemplate(ctx context.Context, admin, hash string, fsys fs.FS) (string, error) {
+func createTemplate(ctx context.Context, admin, hash string, set migrations.Set) (string, error) {
 	name := "pgtest_tmpl_" + hash[:16]
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
@@ -229,7 +230,7 @@ func createTemplate(ctx context.Context, admin, hash string, fsys fs.FS) (string
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(building)); err != nil {
 		return "", err
 	}
-	if err := postgres.MigrateURL(ctx, withDatabase(admin, building), fsys, nil); err != nil {
+	if err := postgres.MigrateURL(ctx, withDatabase(admin, building), set, nil); err != nil {
 		conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+ident(building)+" WITH (FORCE)") //nolint:errcheck
 		return "", err
 	}
@@ -239,7 +240,10 @@ func createTemplate(ctx context.Context, admin, hash string, fsys fs.FS) (string
 	return name, nil
 }
 
-func hashFS(fsys fs.FS) (string, error) {
+// hashSet covers the version table's name too: a template migrated before the
+// set had a table of its own must not be reused.
+func hashSet(set migrations.Set) (string, error) {
+	fsys := fs.FS(set)
 	var names []string
 	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -255,6 +259,7 @@ func hashFS(fsys fs.FS) (string, error) {
 	}
 	sort.Strings(names)
 	h := sha256.New()
+	fmt.Fprintf(h, "table\x00%s\x00", set.Table)
 	for _, n := range names {
 		b, err := fs.ReadFile(fsys, n)
 		if err != nil {

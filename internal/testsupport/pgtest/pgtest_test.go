@@ -34,7 +34,7 @@ func TestNew(t *testing.T) {
 		db := pgtest.New(t, migrations.Billing)
 		var tables []string
 		rows, err := db.Pool.Query(context.Background(),
-			`SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE 'goose%' ORDER BY 1`)
+			`SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> $1 ORDER BY 1`, migrations.Billing.Table)
 		require.NoError(t, err)
 		for rows.Next() {
 			var s string
