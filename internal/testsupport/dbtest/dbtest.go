@@ -45,11 +45,10 @@ func Each(t *testing.T, fn func(t *testing.T, d sqldb.Dialect)) {
 
 // DB is one test's database.
 type DB struct {
-	sqldb.DB
-	Dialect sqldb.Dialect
-	URL     string        // its DATABASE_URL, for a child process
-	Pool    *pgxpool.Pool // PostgreSQL only
-	SQLite  *sqlite.DB    // SQLite only
+	sqldb.DB               // pass DB.DB (not the *DB) where a store is chosen by its type
+	URL      string        // its DATABASE_URL, for a child process
+	Pool     *pgxpool.Pool // PostgreSQL only
+	SQLite   *sqlite.DB    // SQLite only
 }
 
 // New returns a fresh database of dialect d with every migration of set
@@ -58,7 +57,7 @@ func New(t testing.TB, d sqldb.Dialect, set migrations.Set) *DB {
 	t.Helper()
 	if d == sqldb.Postgres {
 		pg := pgtest.New(t, set)
-		return &DB{DB: postgres.NewDB(pg.Pool), Dialect: d, URL: pg.URL, Pool: pg.Pool}
+		return &DB{DB: postgres.NewDB(pg.Pool), URL: pg.URL, Pool: pg.Pool}
 	}
 	db := OpenSQLite(t, "sqlite:"+filepath.Join(t.TempDir(), "test.db"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -74,7 +73,7 @@ func OpenSQLite(t testing.TB, url string) *DB {
 	db, err := sqlite.Open(context.Background(), url, sqlite.Bounds{StatementTimeout: 10 * time.Second, LockTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	return &DB{DB: db, Dialect: sqldb.SQLite, URL: url, SQLite: db}
+	return &DB{DB: db, URL: url, SQLite: db}
 }
 
 // Exec runs one statement and returns the rows it changed.
