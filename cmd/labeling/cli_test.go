@@ -82,8 +82,8 @@ func TestUsage(t *testing.T) {
 			variable, command string
 			vars              map[string]string
 		}{
-			{"DATABASE_URL", "migrate", map[string]string{"EVENTS_TOKEN": "t"}},
-			{"DATABASE_URL", "outbox failed", map[string]string{}},
+			{"DATABASE_URL", "migrate", map[string]string{"EVENTS_TOKEN": "t", "DATABASE_URL": "sqlite:"}},
+			{"DATABASE_URL", "outbox failed", map[string]string{"DATABASE_URL": "mysql://nope"}},
 			{"DB_LOCK_TIMEOUT", "outbox failed", map[string]string{"DATABASE_URL": "postgres://h/db", "DB_LOCK_TIMEOUT": "2"}},
 			{"EVENTS_TOKEN", "serve", map[string]string{"DATABASE_URL": "postgres://h/db"}},
 			{"OUTBOX_POLL_INTERVAL", "serve", map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "OUTBOX_POLL_INTERVAL": "often"}},
