@@ -193,12 +193,13 @@ func TestSQLiteReplicasShareOneFile(t *testing.T) {
 		db := dbtest.OpenSQLite(t, first.URL) // a process of its own on the same file
 		cfg := testConfig()
 		cfg.ClaimSize = 7
-		newRelay(t, db, cfg, handle(func(_ context.Context, m outbox.Message) error {
+		r := newRelay(t, db, cfg, handle(func(_ context.Context, m outbox.Message) error {
 			mu.Lock()
 			seen[m.ID]++
 			mu.Unlock()
 			return nil
-		})).Start(ctxT(t))
+		}))
+		require.NoError(t, r.Start(ctxT(t)))
 	}
 	require.Eventually(t, func() bool { return count(t, first, "processed_at IS NOT NULL") == rows },
 		30*time.Second, 20*time.Millisecond)
