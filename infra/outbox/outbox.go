@@ -1,11 +1,12 @@
 // Package outbox keeps the promise the whole project stands on: a fact written with
 // a change is never lost. A use case appends an event to outbox_events in the same
-// transaction as its change; a relay (any number of them, no leader) claims pending
-// rows under a lease with FOR UPDATE SKIP LOCKED, hands each to the subscribers of
-// its tag, and settles it: processed, retried after a durable backoff, or dead-
-// lettered (failed_at) after the last attempt. Delivery is at least once and in no
-// particular order; subscribers make their effects idempotent with the row id,
-// which is every consumer's dedup key.
+// transaction as its change; a relay (any number of them, no leader) claims
+// pending rows under a lease (FOR UPDATE SKIP LOCKED on PostgreSQL; on SQLite,
+// whose one writer serialises the claims, the same statement without it), hands
+// each to the subscribers of its tag, and settles it: processed, retried after a
+// durable backoff, or dead-lettered (failed_at) after the last attempt. Delivery
+// is at least once and in no particular order; subscribers make their effects
+// idempotent with the row id, which is every consumer's dedup key.
 package outbox
 
 import (
