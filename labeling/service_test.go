@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -15,8 +16,10 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 func TestCreateConcurrently(t *testing.T) {
@@ -255,4 +258,37 @@ func TestDatabaseDown(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, req.path)
 		require.JSONEq(t, `{"error":{"code":"unavailable","message":"service unavailable, retry later"}}`, rec.Body.String())
 	}
+}
+
+// TestSQLiteBusy: on SQLite DB_LOCK_TIMEOUT is the busy timeout. While another
+// process holds the file's write lock past it, a write answers 503 (the sender
+// retries) without waiting longer, reads still answer from WAL's snapshot, and
+// once the lock is gone the write goes through.
+func TestSQLiteBusy(t *testing.T) {
+	t.Parallel()
+	first := dbtest.New(t, sqldb.SQLite, migrations.Labeling)
+	db, err := sqlite.Open(t.Context(), first.URL, sqlite.Bounds{LockTimeout: 100 * time.Millisecond, StatementTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), db)
+	NewHandler(NewService(db, NewStore(db), outbox.NewStore(db), &countingNudger{})).Register(e, auth.Disabled())
+	b := &testBundle{e: e, org: uuid.NewString()}
+	existing := uuid.NewString()
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, rulesPath(b.org), createJSON(t, existing, "n", "p", "l")).Code)
+
+	// Another process (its own connection) takes the write lock and keeps it.
+	other := dbtest.OpenSQLite(t, first.URL)
+	holder, err := other.SQLite.Write.BeginTx(t.Context(), nil) // BEGIN IMMEDIATE
+	require.NoError(t, err)
+	defer holder.Rollback()
+
+	start := time.Now()
+	rec := b.do(t, http.MethodPost, rulesPath(b.org), createJSON(t, uuid.NewString(), "n", "p", "l"))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	require.JSONEq(t, `{"error":{"code":"unavailable","message":"service unavailable, retry later"}}`, rec.Body.String())
+	require.Less(t, time.Since(start), 3*time.Second, "the write gave up at the busy timeout")
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, rulePath(b.org, existing), "").Code, "reads go on")
+
+	require.NoError(t, holder.Rollback())
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, rulesPath(b.org), createJSON(t, uuid.NewString(), "n", "p", "l")).Code)
 }
