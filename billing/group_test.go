@@ -17,6 +17,10 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // outcome is what one Apply call returned.
@@ -395,4 +399,56 @@ func TestGroupApply(t *testing.T) {
 		release()
 		require.NoError(t, collect(t, []<-chan outcome{leader})[0].err)
 	})
+}
+
+// TestSQLiteReplicasApplyOnce: two billing replicas on one SQLite file, each
+// grouping its concurrent deliveries, apply events of the same orgs at once:
+// SQLite's one writer runs their groups one after another (no deadlock to
+// avoid), every event is applied exactly once, and a redelivery to either
+// replica changes nothing.
+func TestSQLiteReplicasApplyOnce(t *testing.T) {
+	t.Parallel()
+	first := dbtest.New(t, sqldb.SQLite, migrations.Billing)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var svcs []*billing.Service
+	for range 2 {
+		db, err := sqlite.Open(t.Context(), first.URL, sqlite.Bounds{LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		svcs = append(svcs, billing.NewService(db, logger))
+	}
+	orgs := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	const perOrg = 40
+	var events []billing.Event
+	for _, org := range orgs {
+		for range perOrg {
+			events = append(events, activated(org))
+		}
+	}
+	var outcomes []<-chan outcome
+	for i, e := range events {
+		outcomes = append(outcomes, apply(svcs[i%2], e))
+		outcomes = append(outcomes, apply(svcs[(i+1)%2], e)) // the same event at the other replica
+	}
+	applied := map[uuid.UUID]int{}
+	for _, ch := range outcomes {
+		o := <-ch
+		require.NoError(t, o.err)
+		if o.applied {
+			applied[o.id]++
+		}
+	}
+	require.Len(t, applied, len(events), "every event applied")
+	for id, n := range applied {
+		require.Equal(t, 1, n, "event %s applied %d times", id, n)
+	}
+	for _, org := range orgs {
+		q, err := svcs[0].Quota(t.Context(), org)
+		require.NoError(t, err)
+		require.EqualValues(t, perOrg, q.ActiveRules)
+	}
+	again, err := svcs[1].Apply(t.Context(), events[0])
+	require.NoError(t, err)
+	require.False(t, again, "a redelivery changes nothing")
+	require.Equal(t, len(events), first.Count(t, `SELECT count(*) FROM billing_receipts`))
 }
