@@ -158,35 +158,37 @@ func TestServeProcess(t *testing.T) {
 
 func TestActivateAfterCommitCrash(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, migrations.Labeling)
-	env := baseEnv(db.URL)
-	env["FAILPOINTS"] = "labeling.activate.after-commit=exit"
-	p := proctest.Start(t, binary(t, "failpoints"), env)
-	base := "http://" + p.ListenAddr(t)
-	org, id := uuid.NewString(), uuid.NewString()
-	resp, err := http.Post(base+"/v1/orgs/"+org+"/rules", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
-
-	resp, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
-	if err == nil {
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := dbtest.New(t, d, migrations.Labeling)
+		env := baseEnv(db.URL)
+		env["FAILPOINTS"] = "labeling.activate.after-commit=exit"
+		p := proctest.Start(t, binary(t, "failpoints"), env)
+		base := "http://" + p.ListenAddr(t)
+		org, id := uuid.NewString(), uuid.NewString()
+		resp, err := http.Post(base+"/v1/orgs/"+org+"/rules", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
+		require.NoError(t, err)
 		resp.Body.Close()
-	}
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-	require.Error(t, err, "the process dies before it answers")
-	state := p.Wait(t, 30*time.Second)
-	ws := state.Sys().(syscall.WaitStatus)
-	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by the failpoint: %s", state)
-	require.Contains(t, p.Stderr.String(), "failpoint labeling.activate.after-commit: exit")
-	var active bool
-	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active))
-	require.True(t, active, "the activation was committed before the crash")
-	var events int
-	require.NoError(t, db.Pool.QueryRow(t.Context(),
-		`SELECT count(*) FROM outbox_events WHERE event_tag = 'RuleActivated' AND payload->>'ruleId' = $1`, id).Scan(&events))
-	require.Equal(t, 1, events, "its event was committed with it")
+		resp, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+
+		require.Error(t, err, "the process dies before it answers")
+		state := p.Wait(t, 30*time.Second)
+		ws := state.Sys().(syscall.WaitStatus)
+		require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by the failpoint: %s", state)
+		require.Contains(t, p.Stderr.String(), "failpoint labeling.activate.after-commit: exit")
+		var active bool
+		require.NoError(t, db.QueryRow(`SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active))
+		require.True(t, active, "the activation was committed before the crash")
+		var events int
+		require.NoError(t, db.QueryRow(
+			`SELECT count(*) FROM outbox_events WHERE event_tag = 'RuleActivated' AND payload->>'ruleId' = $1`, id).Scan(&events))
+		require.Equal(t, 1, events, "its event was committed with it")
+	})
 }
 
 func TestFailpointsOnlyInTaggedBuilds(t *testing.T) {
