@@ -452,3 +452,22 @@ func TestSQLiteReplicasApplyOnce(t *testing.T) {
 	require.False(t, again, "a redelivery changes nothing")
 	require.Equal(t, len(events), first.Count(t, `SELECT count(*) FROM billing_receipts`))
 }
+
+// TestSQLiteNATSFailedPayloadIsABlob: billing_nats_failed.payload is a BLOB on
+// SQLite and reads back byte for byte.
+func TestSQLiteNATSFailedPayloadIsABlob(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, sqldb.SQLite, migrations.Billing)
+	store := billing.NewStore(db.DB)
+	payload := []byte{0x00, 0xff, '{', '}'}
+	require.NoError(t, db.InTx(t.Context(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+		return store.InsertNATSFailed(t.Context(), tx, billing.NATSFailed{StreamSeq: 7, StoredAt: 1, Subject: "s", MsgID: "m", Payload: payload, Reason: "r", Deliveries: 1, FailedAt: 2})
+	}))
+	var kind string
+	require.NoError(t, db.QueryRow(`SELECT typeof(payload) FROM billing_nats_failed`).Scan(&kind))
+	require.Equal(t, "blob", kind)
+	rows, err := store.ListNATSFailed(t.Context())
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, payload, rows[0].Payload)
+}

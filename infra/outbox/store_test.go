@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,4 +211,24 @@ func TestSQLiteReplicasShareOneFile(t *testing.T) {
 		require.Equal(t, 1, n, "row %s delivered %d times", id, n)
 	}
 	require.Equal(t, rows, count(t, first, "attempts = 1"), "no row was claimed twice")
+}
+
+// TestSQLiteColumnTypes: on SQLite an appended row stores its uuid as
+// lowercase canonical TEXT, its JSON as TEXT and its times as INTEGER
+// (contract section 9), and a claim's token is lowercase TEXT too.
+func TestSQLiteColumnTypes(t *testing.T) {
+	t.Parallel()
+	db := newDBOn(t, sqldb.SQLite)
+	id := appendEvents(t, db, thing{N: 1})[0]
+	rs, err := storeOf(t, db).OpenRelay(1)
+	require.NoError(t, err)
+	claimAll(t, rs, outbox.ClaimArgs{Now: time.Now().UnixMilli() + 1, Until: time.Now().UnixMilli() + 60_000, Lease: 60_000, Limit: 1, MaxAttempts: 3, Token: uuid.New()})
+	var idType, payloadType, createdType, tokenType, stored, token string
+	require.NoError(t, db.QueryRow(`SELECT typeof(id), typeof(payload), typeof(created_at), typeof(claim_token), id, claim_token
+		FROM outbox_events`).Scan(&idType, &payloadType, &createdType, &tokenType, &stored, &token))
+	require.Equal(t, []string{"text", "text", "integer", "text"}, []string{idType, payloadType, createdType, tokenType})
+	require.Equal(t, id.String(), stored, "lowercase canonical form")
+	_, err = uuid.Parse(token)
+	require.NoError(t, err)
+	require.Equal(t, strings.ToLower(token), token)
 }
