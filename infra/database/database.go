@@ -112,8 +112,8 @@ func closeWithin(ctx context.Context, db DB, logger *slog.Logger) {
 	start := time.Now()
 	select {
 	case <-done:
-		logger.Info("database closed", "duration_ms", time.Since(start).Milliseconds())
+		logger.Info("database pool closed", "duration_ms", time.Since(start).Milliseconds())
 	case <-ctx.Done():
-		logger.Warn("database did not close within its share of the stop budget; its connections are left to the exit")
+		logger.Warn("database pool did not close within its share of the stop budget; its connections are left to the exit")
 	}
 }
