@@ -13,11 +13,19 @@ RUN go mod download && go mod verify
 
 COPY . .
 RUN go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/labeling ./cmd/billing
+# The folder of the default SQLite files (DATABASE_URL unset: data/labeling.db,
+# data/billing.db under the working directory), owned by the user that runs.
+RUN mkdir -p /out/data
 
 # Final stage: no shell, no package manager, a non-root user. The health checks
 # run the binaries' own `healthcheck` subcommand, so no curl is needed.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/labeling /out/billing /usr/local/bin/
+COPY --from=build --chown=nonroot:nonroot /out/data /var/lib/outboxpair/data
+# Without DATABASE_URL the services run on SQLite files in data/ here; mount a
+# volume on it to keep them (contract section 9).
+WORKDIR /var/lib/outboxpair
+VOLUME /var/lib/outboxpair/data
 USER nonroot:nonroot
 EXPOSE 8080 8081
 CMD ["labeling", "serve"]

@@ -104,7 +104,7 @@ func (b *bench) claimCost(ctx context.Context) error {
 	}
 	defer relayPool.Close()
 	s, _, _ := noopSubs(ctx)
-	relay, err := outbox.NewRelay(relayPool, b.relayCfg, s, quiet())
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(relayPool), b.relayCfg, s, quiet())
 	if err != nil {
 		return err
 	}

@@ -138,7 +138,7 @@ func (b *bench) capturePairSQL(ctx context.Context) (pairSQL, error) {
 		return pairSQL{}, err
 	}
 	s, _, _ := noopSubs(ctx)
-	relay, err := outbox.NewRelay(pool, cfg, s, quiet())
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, s, quiet())
 	if err != nil {
 		return pairSQL{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/labeling"
 )
 
@@ -66,9 +67,9 @@ func activate(ctx context.Context, pool *pgxpool.Pool, r int, active bool) (bool
 		changed = true
 		var err error
 		if active {
-			_, err = outbox.Append(ctx, tx, labeling.RuleActivated{OrgID: org, RuleID: id})
+			_, err = outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, labeling.RuleActivated{OrgID: org, RuleID: id})
 		} else {
-			_, err = outbox.Append(ctx, tx, labeling.RuleDeactivated{OrgID: org, RuleID: id})
+			_, err = outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, labeling.RuleDeactivated{OrgID: org, RuleID: id})
 		}
 		return err
 	})

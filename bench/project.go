@@ -16,6 +16,7 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/labeling"
 )
 
@@ -183,7 +184,7 @@ func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, consumer
 		return 0, err
 	}
 	defer cleanup()
-	relay, err := outbox.NewRelay(pool, b.relayCfg, s, quiet())
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(pool), b.relayCfg, s, quiet())
 	if err != nil {
 		return 0, err
 	}
@@ -246,7 +247,7 @@ func (b *bench) consumerSubs(billingURL string) func(context.Context) ([]outbox.
 		if err != nil {
 			return nil, nil, err
 		}
-		return applySubs(billing.NewService(pool, quiet())), pool.Close, nil
+		return applySubs(billing.NewService(postgres.NewDB(pool), quiet())), pool.Close, nil
 	}
 }
 
@@ -292,7 +293,7 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 type relayHandle struct{ *outbox.Relay }
 
 func newRelay(pool *pgxpool.Pool, cfg outbox.Config, subs []outbox.Subscriber) (relayHandle, error) {
-	r, err := outbox.NewRelay(pool, cfg, subs, quiet())
+	r, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, subs, quiet())
 	return relayHandle{r}, err
 }
 

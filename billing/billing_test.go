@@ -20,9 +20,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -30,30 +33,44 @@ import (
 const token = "test-events-token"
 
 type bundle struct {
-	pool *pgxpool.Pool
+	db   *dbtest.DB
+	pool *pgxpool.Pool // PostgreSQL only (nil on SQLite)
 	svc  *billing.Service
 	e    *echo.Echo
 	iss  *authtest.Issuer
 }
 
+// setup is billing on a fresh PostgreSQL database (the tests of what only
+// PostgreSQL has: its triggers, locks and sessions).
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	db := pgtest.New(t, migrations.Billing)
-	return setupPool(t, db.Pool)
+	return setupOn(t, sqldb.Postgres)
+}
+
+// setupOn is billing on a fresh database of dialect d.
+func setupOn(t testing.TB, d sqldb.Dialect) *bundle {
+	t.Helper()
+	return setupDB(t, dbtest.New(t, d, migrations.Billing))
 }
 
 func setupPool(t testing.TB, pool *pgxpool.Pool, opts ...billing.Option) *bundle {
 	t.Helper()
+	return setupDB(t, &dbtest.DB{DB: postgres.NewDB(pool), Pool: pool}, opts...)
+}
+
+func setupDB(t testing.TB, db *dbtest.DB, opts ...billing.Option) *bundle {
+	t.Helper()
+	pool := db.Pool
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := billing.NewService(pool, logger, opts...)
+	svc := billing.NewService(db.DB, logger, opts...)
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
-	e := web.New(logger, pool)
+	e := web.New(logger, db.DB)
 	// Authentication is on, as in production: quotaHTTP sends a valid token for
 	// the org it asks about (auth_test.go attacks it).
 	iss := authtest.New(t)
 	h.Register(e, iss.Guard(t, nil))
-	return &bundle{pool: pool, svc: svc, e: e, iss: iss}
+	return &bundle{db: db, pool: pool, svc: svc, e: e, iss: iss}
 }
 
 // event is a delivery body.
@@ -99,8 +116,7 @@ func (b *bundle) quotaHTTP(t testing.TB, org string) *httptest.ResponseRecorder 
 func (b *bundle) activeRules(t testing.TB, org uuid.UUID) *int64 {
 	t.Helper()
 	var n []int64
-	rows, err := b.pool.Query(context.Background(), `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org)
-	require.NoError(t, err)
+	rows := b.db.Query(t, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org)
 	for rows.Next() {
 		var v int64
 		require.NoError(t, rows.Scan(&v))
@@ -115,16 +131,14 @@ func (b *bundle) activeRules(t testing.TB, org uuid.UUID) *int64 {
 
 func (b *bundle) count(t testing.TB, table string) int {
 	t.Helper()
-	var n int
 	// table is one of two constants of this file, never input.
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n))
-	return n
+	return b.db.Count(t, `SELECT count(*) FROM `+table)
 }
 
 func (b *bundle) hasReceipt(t testing.TB, id string) bool {
 	t.Helper()
 	var ok bool
-	require.NoError(t, b.pool.QueryRow(context.Background(),
+	require.NoError(t, b.db.QueryRow(
 		`SELECT EXISTS (SELECT 1 FROM billing_receipts WHERE event_id = $1)`, id).Scan(&ok))
 	return ok
 }
@@ -169,45 +183,47 @@ func (b *bundle) failAtCommit(t testing.TB, code string, times int) (calls func(
 
 func TestDeliverIdempotent(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	t.Run("the same event delivered twice changes the quota once", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		ev := newEvent(billing.RuleActivated, org)
-		for range 2 {
-			rec := b.deliver(t, ev.body())
-			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
-			require.Empty(t, rec.Body.String())
-		}
-		require.EqualValues(t, 1, *b.activeRules(t, org))
-		require.Equal(t, 1, b.count(t, "billing_receipts"))
-	})
+		t.Run("the same event delivered twice changes the quota once", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			for range 2 {
+				rec := b.deliver(t, ev.body())
+				require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+				require.Empty(t, rec.Body.String())
+			}
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+			require.Equal(t, 1, b.count(t, "billing_receipts"))
+		})
 
-	t.Run("the same event delivered 50 times in a row changes the quota once", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		ev := newEvent(billing.RuleDeactivated, org)
-		for range 50 {
-			rec := b.deliver(t, ev.body())
-			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
-		}
-		require.EqualValues(t, -1, *b.activeRules(t, org))
-		require.Equal(t, 1, b.count(t, "billing_receipts"))
-	})
+		t.Run("the same event delivered 50 times in a row changes the quota once", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			ev := newEvent(billing.RuleDeactivated, org)
+			for range 50 {
+				rec := b.deliver(t, ev.body())
+				require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			}
+			require.EqualValues(t, -1, *b.activeRules(t, org))
+			require.Equal(t, 1, b.count(t, "billing_receipts"))
+		})
 
-	t.Run("the same event delivered 50 times at once changes the quota once", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		ev := newEvent(billing.RuleActivated, org)
-		codes := deliverAll(t, b, 50, func(int) string { return ev.body() })
-		for i, c := range codes {
-			require.Equal(t, http.StatusNoContent, c, "delivery %d", i)
-		}
-		require.EqualValues(t, 1, *b.activeRules(t, org))
-		require.Equal(t, 1, b.count(t, "billing_receipts"))
+		t.Run("the same event delivered 50 times at once changes the quota once", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			codes := deliverAll(t, b, 50, func(int) string { return ev.body() })
+			for i, c := range codes {
+				require.Equal(t, http.StatusNoContent, c, "delivery %d", i)
+			}
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+			require.Equal(t, 1, b.count(t, "billing_receipts"))
+		})
 	})
 }
 
@@ -298,182 +314,188 @@ func TestDeliverFailureBeforeCommit(t *testing.T) {
 
 func TestDeliverRejected(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	org, rule, id := uuid.New(), uuid.New(), uuid.Must(uuid.NewV7())
-	env := func(payload string) string {
-		return fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":%s}`, id, payload)
-	}
-	cases := []struct {
-		name, body string
-		status     int
-		edit       func(*http.Request)
-	}{
-		{name: "malformed JSON", body: `{"id":`},
-		{name: "an empty body", body: ``},
-		{name: "two JSON values", body: env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`"}`) + `{}`},
-		{name: "an unknown envelope field", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q},"extra":1}`, id, org, rule)},
-		{name: "a missing id", body: fmt.Sprintf(`{"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
-		{name: "an id that is not a UUID", body: fmt.Sprintf(`{"id":"42","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
-		{name: "a braced UUID id", body: fmt.Sprintf(`{"id":"{%s}","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "an id that is a number", body: fmt.Sprintf(`{"id":7,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
-		{name: "a missing type", body: fmt.Sprintf(`{"id":%q,"occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "an empty type", body: fmt.Sprintf(`{"id":%q,"type":"","occurredAt":1,"payload":{}}`, id)},
-		{name: "a missing occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "a zero occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":0,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "a negative occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":-5,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "a fractional occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1.5,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "an occurredAt string", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":"1","payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
-		{name: "a missing payload", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1}`, id)},
-		{name: "a payload that is not an object", body: env(`[1]`)},
-		{name: "a null payload", body: env(`null`)},
-		{name: "a payload without orgId", body: env(`{"ruleId":"` + rule.String() + `"}`)},
-		{name: "a payload without ruleId", body: env(`{"orgId":"` + org.String() + `"}`)},
-		{name: "a payload orgId that is not a UUID", body: env(`{"orgId":"acme","ruleId":"` + rule.String() + `"}`)},
-		{name: "a payload ruleId that is not a UUID", body: env(`{"orgId":"` + org.String() + `","ruleId":"x"}`)},
-		{name: "a payload orgId that is a number", body: env(`{"orgId":1,"ruleId":"` + rule.String() + `"}`)},
-		{name: "an Idempotency-Key of another event", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`),
-			edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", uuid.NewString()) }},
-		{name: "an Idempotency-Key that is not a UUID", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`),
-			edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc") }},
-		{name: "an unknown type with a malformed envelope", body: `{"id":"nope","type":"RuleRenamed","occurredAt":1,"payload":{}}`},
-		{name: "a body over 64 KiB", status: http.StatusRequestEntityTooLarge,
-			body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `","pad":"` + strings.Repeat("x", 70<<10) + `"}`)},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name+" answers 4xx and changes nothing", func(t *testing.T) {
+		org, rule, id := uuid.New(), uuid.New(), uuid.Must(uuid.NewV7())
+		env := func(payload string) string {
+			return fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":%s}`, id, payload)
+		}
+		cases := []struct {
+			name, body string
+			status     int
+			edit       func(*http.Request)
+		}{
+			{name: "malformed JSON", body: `{"id":`},
+			{name: "an empty body", body: ``},
+			{name: "two JSON values", body: env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`"}`) + `{}`},
+			{name: "an unknown envelope field", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q},"extra":1}`, id, org, rule)},
+			{name: "a missing id", body: fmt.Sprintf(`{"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
+			{name: "an id that is not a UUID", body: fmt.Sprintf(`{"id":"42","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
+			{name: "a braced UUID id", body: fmt.Sprintf(`{"id":"{%s}","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "an id that is a number", body: fmt.Sprintf(`{"id":7,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
+			{name: "a missing type", body: fmt.Sprintf(`{"id":%q,"occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "an empty type", body: fmt.Sprintf(`{"id":%q,"type":"","occurredAt":1,"payload":{}}`, id)},
+			{name: "a missing occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "a zero occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":0,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "a negative occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":-5,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "a fractional occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1.5,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "an occurredAt string", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":"1","payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "a missing payload", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1}`, id)},
+			{name: "a payload that is not an object", body: env(`[1]`)},
+			{name: "a null payload", body: env(`null`)},
+			{name: "a payload without orgId", body: env(`{"ruleId":"` + rule.String() + `"}`)},
+			{name: "a payload without ruleId", body: env(`{"orgId":"` + org.String() + `"}`)},
+			{name: "a payload orgId that is not a UUID", body: env(`{"orgId":"acme","ruleId":"` + rule.String() + `"}`)},
+			{name: "a payload ruleId that is not a UUID", body: env(`{"orgId":"` + org.String() + `","ruleId":"x"}`)},
+			{name: "a payload orgId that is a number", body: env(`{"orgId":1,"ruleId":"` + rule.String() + `"}`)},
+			{name: "an Idempotency-Key of another event", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`),
+				edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", uuid.NewString()) }},
+			{name: "an Idempotency-Key that is not a UUID", body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`),
+				edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc") }},
+			{name: "an unknown type with a malformed envelope", body: `{"id":"nope","type":"RuleRenamed","occurredAt":1,"payload":{}}`},
+			{name: "a body over 64 KiB", status: http.StatusRequestEntityTooLarge,
+				body: env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `","pad":"` + strings.Repeat("x", 70<<10) + `"}`)},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name+" answers 4xx and changes nothing", func(t *testing.T) {
+				t.Parallel()
+				b := setupOn(t, d)
+				var edits []func(*http.Request)
+				if tc.edit != nil {
+					edits = append(edits, tc.edit)
+				}
+				rec := b.deliver(t, tc.body, edits...)
+				want := tc.status
+				if want == 0 {
+					want = http.StatusBadRequest
+				}
+				require.Equal(t, want, rec.Code, rec.Body.String())
+				code := errorCode(t, rec)
+				if want == http.StatusBadRequest {
+					require.Equal(t, "invalid", code)
+				}
+				require.Zero(t, b.count(t, "billing_receipts"))
+				require.Zero(t, b.count(t, "billing_quota"))
+			})
+		}
+
+		t.Run("unknown payload fields are ignored, as payloads evolve additively", func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			var edits []func(*http.Request)
-			if tc.edit != nil {
-				edits = append(edits, tc.edit)
-			}
-			rec := b.deliver(t, tc.body, edits...)
-			want := tc.status
-			if want == 0 {
-				want = http.StatusBadRequest
-			}
-			require.Equal(t, want, rec.Code, rec.Body.String())
-			code := errorCode(t, rec)
-			if want == http.StatusBadRequest {
-				require.Equal(t, "invalid", code)
-			}
-			require.Zero(t, b.count(t, "billing_receipts"))
-			require.Zero(t, b.count(t, "billing_quota"))
+			b := setupOn(t, d)
+			rec := b.deliver(t, env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`","name":"later field"}`))
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			require.EqualValues(t, 1, *b.activeRules(t, org))
 		})
-	}
 
-	t.Run("unknown payload fields are ignored, as payloads evolve additively", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := b.deliver(t, env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`","name":"later field"}`))
-		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
-		require.EqualValues(t, 1, *b.activeRules(t, org))
-	})
+		t.Run("a delivery without Idempotency-Key is keyed by its body id", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			body := env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`)
+			noKey := func(r *http.Request) { r.Header.Del("Idempotency-Key") }
+			require.Equal(t, http.StatusNoContent, b.deliver(t, body, noKey).Code)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, body, noKey).Code)
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+		})
 
-	t.Run("a delivery without Idempotency-Key is keyed by its body id", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		body := env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`)
-		noKey := func(r *http.Request) { r.Header.Del("Idempotency-Key") }
-		require.Equal(t, http.StatusNoContent, b.deliver(t, body, noKey).Code)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, body, noKey).Code)
-		require.EqualValues(t, 1, *b.activeRules(t, org))
-	})
-
-	t.Run("an upper-case id and key name the same event", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		upper := strings.ToUpper(id.String())
-		body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, upper, org, rule)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, body).Code)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`"}`)).Code)
-		require.EqualValues(t, 1, *b.activeRules(t, org))
+		t.Run("an upper-case id and key name the same event", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			upper := strings.ToUpper(id.String())
+			body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, upper, org, rule)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, body).Code)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`"}`)).Code)
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+		})
 	})
 }
 
 func TestDeliverUnauthorized(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	cases := []struct{ name, header string }{
-		{"a missing token", ""},
-		{"a wrong token", "Bearer not-the-token"},
-		{"a prefix of the token", "Bearer " + token[:len(token)-1]},
-		{"the token with a suffix", "Bearer " + token + "x"},
-		{"the Basic scheme", "Basic " + token},
-		{"a scheme with no token", "Bearer"},
-		{"an empty Bearer token", "Bearer "},
-		{"the token with no scheme", token},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name+" answers 401 and changes nothing", func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			ev := newEvent(billing.RuleActivated, uuid.New())
-			rec := b.deliver(t, ev.body(), func(r *http.Request) {
-				if tc.header == "" {
-					r.Header.Del("Authorization")
-				} else {
-					r.Header.Set("Authorization", tc.header)
-				}
+		cases := []struct{ name, header string }{
+			{"a missing token", ""},
+			{"a wrong token", "Bearer not-the-token"},
+			{"a prefix of the token", "Bearer " + token[:len(token)-1]},
+			{"the token with a suffix", "Bearer " + token + "x"},
+			{"the Basic scheme", "Basic " + token},
+			{"a scheme with no token", "Bearer"},
+			{"an empty Bearer token", "Bearer "},
+			{"the token with no scheme", token},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name+" answers 401 and changes nothing", func(t *testing.T) {
+				t.Parallel()
+				b := setupOn(t, d)
+				ev := newEvent(billing.RuleActivated, uuid.New())
+				rec := b.deliver(t, ev.body(), func(r *http.Request) {
+					if tc.header == "" {
+						r.Header.Del("Authorization")
+					} else {
+						r.Header.Set("Authorization", tc.header)
+					}
+				})
+				require.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
+				require.Equal(t, "unauthorized", errorCode(t, rec))
+				require.Contains(t, rec.Header().Get("WWW-Authenticate"), "Bearer")
+				require.NotContains(t, rec.Body.String(), token)
+				require.Zero(t, b.count(t, "billing_receipts"))
+				require.Zero(t, b.count(t, "billing_quota"))
 			})
-			require.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
-			require.Equal(t, "unauthorized", errorCode(t, rec))
-			require.Contains(t, rec.Header().Get("WWW-Authenticate"), "Bearer")
-			require.NotContains(t, rec.Body.String(), token)
-			require.Zero(t, b.count(t, "billing_receipts"))
-			require.Zero(t, b.count(t, "billing_quota"))
+		}
+
+		t.Run("the token is checked before the body", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			rec := b.deliver(t, `{not json`, func(r *http.Request) { r.Header.Del("Authorization") })
+			require.Equal(t, http.StatusUnauthorized, rec.Code)
 		})
-	}
 
-	t.Run("the token is checked before the body", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := b.deliver(t, `{not json`, func(r *http.Request) { r.Header.Del("Authorization") })
-		require.Equal(t, http.StatusUnauthorized, rec.Code)
-	})
+		t.Run("the scheme is case-insensitive", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			ev := newEvent(billing.RuleActivated, uuid.New())
+			rec := b.deliver(t, ev.body(), func(r *http.Request) { r.Header.Set("Authorization", "bearer "+token) })
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+		})
 
-	t.Run("the scheme is case-insensitive", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ev := newEvent(billing.RuleActivated, uuid.New())
-		rec := b.deliver(t, ev.body(), func(r *http.Request) { r.Header.Set("Authorization", "bearer "+token) })
-		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
-	})
-
-	t.Run("a handler without a token cannot be built", func(t *testing.T) {
-		t.Parallel()
-		_, err := billing.NewHandler(nil, billing.Config{})
-		require.ErrorContains(t, err, "EVENTS_TOKEN")
+		t.Run("a handler without a token cannot be built", func(t *testing.T) {
+			t.Parallel()
+			_, err := billing.NewHandler(nil, billing.Config{})
+			require.ErrorContains(t, err, "EVENTS_TOKEN")
+		})
 	})
 }
 
 func TestDeliverUnknownType(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	t.Run("an unknown type answers 501 and writes no receipt", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ev := newEvent("RuleRenamed", uuid.New())
-		rec := b.deliver(t, ev.body())
-		require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
-		require.Equal(t, "not_implemented", errorCode(t, rec))
-		require.False(t, b.hasReceipt(t, ev.ID))
-		require.Zero(t, b.count(t, "billing_quota"))
-	})
+		t.Run("an unknown type answers 501 and writes no receipt", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			ev := newEvent("RuleRenamed", uuid.New())
+			rec := b.deliver(t, ev.body())
+			require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
+			require.Equal(t, "not_implemented", errorCode(t, rec))
+			require.False(t, b.hasReceipt(t, ev.ID))
+			require.Zero(t, b.count(t, "billing_quota"))
+		})
 
-	t.Run("an unknown type's payload is not checked", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := b.deliver(t, fmt.Sprintf(`{"id":%q,"type":"OrgCreated","occurredAt":1,"payload":{"anything":[1,2]}}`, uuid.New()))
-		require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
-		require.Zero(t, b.count(t, "billing_receipts"))
-	})
+		t.Run("an unknown type's payload is not checked", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			rec := b.deliver(t, fmt.Sprintf(`{"id":%q,"type":"OrgCreated","occurredAt":1,"payload":{"anything":[1,2]}}`, uuid.New()))
+			require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
+			require.Zero(t, b.count(t, "billing_receipts"))
+		})
 
-	t.Run("type names are case-sensitive", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ev := newEvent("ruleactivated", uuid.New())
-		require.Equal(t, http.StatusNotImplemented, b.deliver(t, ev.body()).Code)
+		t.Run("type names are case-sensitive", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			ev := newEvent("ruleactivated", uuid.New())
+			require.Equal(t, http.StatusNotImplemented, b.deliver(t, ev.body()).Code)
+		})
 	})
 }
 
@@ -559,85 +581,89 @@ func TestContention(t *testing.T) {
 
 func TestQuota(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	quota := func(t *testing.T, b *bundle, org string) billing.QuotaBody {
-		t.Helper()
-		rec := b.quotaHTTP(t, org)
-		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		require.Contains(t, rec.Header().Get("Content-Type"), "application/json")
-		var q billing.QuotaBody
-		dec := json.NewDecoder(rec.Body)
-		dec.DisallowUnknownFields()
-		require.NoError(t, dec.Decode(&q))
-		return q
-	}
-
-	t.Run("an org never seen has 0 active rules", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		require.Equal(t, billing.QuotaBody{OrgID: org.String(), ActiveRules: 0}, quota(t, b, org.String()))
-	})
-
-	t.Run("the quota counts activations minus deactivations of its org only", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org, other := uuid.New(), uuid.New()
-		for _, ev := range []event{
-			newEvent(billing.RuleActivated, org), newEvent(billing.RuleActivated, org),
-			newEvent(billing.RuleDeactivated, org), newEvent(billing.RuleActivated, other),
-		} {
-			require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
+		quota := func(t *testing.T, b *bundle, org string) billing.QuotaBody {
+			t.Helper()
+			rec := b.quotaHTTP(t, org)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Header().Get("Content-Type"), "application/json")
+			var q billing.QuotaBody
+			dec := json.NewDecoder(rec.Body)
+			dec.DisallowUnknownFields()
+			require.NoError(t, dec.Decode(&q))
+			return q
 		}
-		require.EqualValues(t, 1, quota(t, b, org.String()).ActiveRules)
-		require.EqualValues(t, 1, quota(t, b, other.String()).ActiveRules)
-	})
 
-	t.Run("a deactivation before its activation goes negative and then converges", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		deact, act := newEvent(billing.RuleDeactivated, org), newEvent(billing.RuleActivated, org)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, deact.body()).Code)
-		require.EqualValues(t, -1, quota(t, b, org.String()).ActiveRules)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, act.body()).Code)
-		require.EqualValues(t, 0, quota(t, b, org.String()).ActiveRules)
-	})
-
-	t.Run("an upper-case org id answers in canonical form", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		require.Equal(t, org.String(), quota(t, b, strings.ToUpper(org.String())).OrgID)
-	})
-
-	for _, bad := range []string{"acme", "1", uuid.NewString() + "0", "{" + uuid.NewString() + "}", strings.ReplaceAll(uuid.NewString(), "-", "")} {
-		t.Run(fmt.Sprintf("org id %q answers 400", bad), func(t *testing.T) {
+		t.Run("an org never seen has 0 active rules", func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			rec := b.quotaHTTP(t, bad)
-			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
-			require.Equal(t, "invalid", errorCode(t, rec))
+			b := setupOn(t, d)
+			org := uuid.New()
+			require.Equal(t, billing.QuotaBody{OrgID: org.String(), ActiveRules: 0}, quota(t, b, org.String()))
 		})
-	}
+
+		t.Run("the quota counts activations minus deactivations of its org only", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org, other := uuid.New(), uuid.New()
+			for _, ev := range []event{
+				newEvent(billing.RuleActivated, org), newEvent(billing.RuleActivated, org),
+				newEvent(billing.RuleDeactivated, org), newEvent(billing.RuleActivated, other),
+			} {
+				require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
+			}
+			require.EqualValues(t, 1, quota(t, b, org.String()).ActiveRules)
+			require.EqualValues(t, 1, quota(t, b, other.String()).ActiveRules)
+		})
+
+		t.Run("a deactivation before its activation goes negative and then converges", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			deact, act := newEvent(billing.RuleDeactivated, org), newEvent(billing.RuleActivated, org)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, deact.body()).Code)
+			require.EqualValues(t, -1, quota(t, b, org.String()).ActiveRules)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, act.body()).Code)
+			require.EqualValues(t, 0, quota(t, b, org.String()).ActiveRules)
+		})
+
+		t.Run("an upper-case org id answers in canonical form", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			require.Equal(t, org.String(), quota(t, b, strings.ToUpper(org.String())).OrgID)
+		})
+
+		for _, bad := range []string{"acme", "1", uuid.NewString() + "0", "{" + uuid.NewString() + "}", strings.ReplaceAll(uuid.NewString(), "-", "")} {
+			t.Run(fmt.Sprintf("org id %q answers 400", bad), func(t *testing.T) {
+				t.Parallel()
+				b := setupOn(t, d)
+				rec := b.quotaHTTP(t, bad)
+				require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+				require.Equal(t, "invalid", errorCode(t, rec))
+			})
+		}
+	})
 }
 
 func TestApply(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	t.Run("reports applied for a new event and not for a redelivery", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), RuleID: uuid.New()}
-		applied, err := b.svc.Apply(context.Background(), ev)
-		require.NoError(t, err)
-		require.True(t, applied)
-		applied, err = b.svc.Apply(context.Background(), ev)
-		require.NoError(t, err)
-		require.False(t, applied)
-		q, err := b.svc.Quota(context.Background(), ev.OrgID)
-		require.NoError(t, err)
-		require.Equal(t, billing.Quota{OrgID: ev.OrgID, ActiveRules: 1}, q)
+		t.Run("reports applied for a new event and not for a redelivery", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), RuleID: uuid.New()}
+			applied, err := b.svc.Apply(context.Background(), ev)
+			require.NoError(t, err)
+			require.True(t, applied)
+			applied, err = b.svc.Apply(context.Background(), ev)
+			require.NoError(t, err)
+			require.False(t, applied)
+			q, err := b.svc.Quota(context.Background(), ev.OrgID)
+			require.NoError(t, err)
+			require.Equal(t, billing.Quota{OrgID: ev.OrgID, ActiveRules: 1}, q)
+		})
 	})
 }
 
@@ -693,59 +719,60 @@ func TestApplyStatements(t *testing.T) {
 
 func TestReceiptsRetention(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	t.Run("the policy names billing_receipts and keeps them for the configured time", func(t *testing.T) {
-		t.Parallel()
-		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour})
-		require.Equal(t, "billing_receipts", p.Name)
-		require.Equal(t, 720*time.Hour, p.Keep)
-	})
+		t.Run("the policy names billing_receipts and keeps them for the configured time", func(t *testing.T) {
+			t.Parallel()
+			p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour}, postgres.NewDB(nil))
+			require.Equal(t, "billing_receipts", p.Name)
+			require.Equal(t, 720*time.Hour, p.Keep)
+		})
 
-	t.Run("deletes only receipts older than the cut, at most limit at a time", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ctx := context.Background()
-		const cut = int64(1_000_000)
-		var old, young []uuid.UUID
-		for i := range 5 {
-			old = append(old, uuid.New())
-			young = append(young, uuid.New())
-			_, err := b.pool.Exec(ctx, `INSERT INTO billing_receipts (event_id, created_at) VALUES ($1, $2), ($3, $4)`,
-				old[i], cut-1-int64(i), young[i], cut+int64(i))
+		t.Run("deletes only receipts older than the cut, at most limit at a time", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			ctx := context.Background()
+			const cut = int64(1_000_000)
+			var old, young []uuid.UUID
+			for i := range 5 {
+				old = append(old, uuid.New())
+				young = append(young, uuid.New())
+				b.db.Exec(t, `INSERT INTO billing_receipts (event_id, created_at) VALUES ($1, $2), ($3, $4)`,
+					old[i], cut-1-int64(i), young[i], cut+int64(i))
+			}
+			p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: time.Hour}, b.db.DB)
+
+			n, err := p.Delete(ctx, cut, 2)
 			require.NoError(t, err)
-		}
-		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: time.Hour})
+			require.EqualValues(t, 2, n)
+			n, err = p.Delete(ctx, cut, 100)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, n)
+			n, err = p.Delete(ctx, cut, 100)
+			require.NoError(t, err)
+			require.Zero(t, n)
 
-		n, err := p.Delete(ctx, b.pool, cut, 2)
-		require.NoError(t, err)
-		require.EqualValues(t, 2, n)
-		n, err = p.Delete(ctx, b.pool, cut, 100)
-		require.NoError(t, err)
-		require.EqualValues(t, 3, n)
-		n, err = p.Delete(ctx, b.pool, cut, 100)
-		require.NoError(t, err)
-		require.Zero(t, n)
+			for _, id := range old {
+				require.False(t, b.hasReceipt(t, id.String()))
+			}
+			for _, id := range young {
+				require.True(t, b.hasReceipt(t, id.String()))
+			}
+		})
 
-		for _, id := range old {
-			require.False(t, b.hasReceipt(t, id.String()))
-		}
-		for _, id := range young {
-			require.True(t, b.hasReceipt(t, id.String()))
-		}
-	})
-
-	t.Run("an event whose receipt is still kept is not applied again", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		org := uuid.New()
-		ev := newEvent(billing.RuleActivated, org)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
-		p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour})
-		before := time.Now().Add(-p.Keep).UnixMilli()
-		n, err := p.Delete(context.Background(), b.pool, before, 100)
-		require.NoError(t, err)
-		require.Zero(t, n)
-		require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
-		require.EqualValues(t, 1, *b.activeRules(t, org))
+		t.Run("an event whose receipt is still kept is not applied again", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
+			p := billing.ReceiptsRetention(billing.Config{ReceiptsRetention: 720 * time.Hour}, b.db.DB)
+			before := time.Now().Add(-p.Keep).UnixMilli()
+			n, err := p.Delete(context.Background(), before, 100)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+		})
 	})
 }

@@ -86,7 +86,7 @@ func (s *Service) applyGrouped(ctx context.Context, e Event) (bool, error) {
 		default:
 		}
 	}
-	return false, classify(ctx.Err())
+	return false, s.classify(ctx.Err())
 }
 
 // lead applies r with the calls waiting now (at most groupMax in all), hands the

@@ -16,6 +16,11 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // outcome is what one Apply call returned.
@@ -360,7 +365,7 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("a transaction that panics (a defect) hands the lead on: the next delivery is not left waiting", func(t *testing.T) {
 		t.Parallel()
-		svc := billing.NewService(nil, slog.New(slog.NewTextHandler(io.Discard, nil))) // no pool: the statement panics
+		svc := billing.NewService(postgres.NewDB(nil), slog.New(slog.NewTextHandler(io.Discard, nil))) // no pool: the statement panics
 		for i := range 2 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			require.Panics(t, func() { _, _ = svc.Apply(ctx, activated(uuid.New())) }, "delivery %d reaches the database", i)
@@ -394,4 +399,75 @@ func TestGroupApply(t *testing.T) {
 		release()
 		require.NoError(t, collect(t, []<-chan outcome{leader})[0].err)
 	})
+}
+
+// TestSQLiteReplicasApplyOnce: two billing replicas on one SQLite file, each
+// grouping its concurrent deliveries, apply events of the same orgs at once:
+// SQLite's one writer runs their groups one after another (no deadlock to
+// avoid), every event is applied exactly once, and a redelivery to either
+// replica changes nothing.
+func TestSQLiteReplicasApplyOnce(t *testing.T) {
+	t.Parallel()
+	first := dbtest.New(t, sqldb.SQLite, migrations.Billing)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var svcs []*billing.Service
+	for range 2 {
+		db, err := sqlite.Open(t.Context(), first.URL, sqlite.Bounds{LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		svcs = append(svcs, billing.NewService(db, logger))
+	}
+	orgs := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	const perOrg = 40
+	var events []billing.Event
+	for _, org := range orgs {
+		for range perOrg {
+			events = append(events, activated(org))
+		}
+	}
+	var outcomes []<-chan outcome
+	for i, e := range events {
+		outcomes = append(outcomes, apply(svcs[i%2], e))
+		outcomes = append(outcomes, apply(svcs[(i+1)%2], e)) // the same event at the other replica
+	}
+	applied := map[uuid.UUID]int{}
+	for _, ch := range outcomes {
+		o := <-ch
+		require.NoError(t, o.err)
+		if o.applied {
+			applied[o.id]++
+		}
+	}
+	require.Len(t, applied, len(events), "every event applied")
+	for id, n := range applied {
+		require.Equal(t, 1, n, "event %s applied %d times", id, n)
+	}
+	for _, org := range orgs {
+		q, err := svcs[0].Quota(t.Context(), org)
+		require.NoError(t, err)
+		require.EqualValues(t, perOrg, q.ActiveRules)
+	}
+	again, err := svcs[1].Apply(t.Context(), events[0])
+	require.NoError(t, err)
+	require.False(t, again, "a redelivery changes nothing")
+	require.Equal(t, len(events), first.Count(t, `SELECT count(*) FROM billing_receipts`))
+}
+
+// TestSQLiteNATSFailedPayloadIsABlob: billing_nats_failed.payload is a BLOB on
+// SQLite and reads back byte for byte.
+func TestSQLiteNATSFailedPayloadIsABlob(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, sqldb.SQLite, migrations.Billing)
+	store := billing.NewStore(db.DB)
+	payload := []byte{0x00, 0xff, '{', '}'}
+	require.NoError(t, db.InTx(t.Context(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+		return store.InsertNATSFailed(t.Context(), tx, billing.NATSFailed{StreamSeq: 7, StoredAt: 1, Subject: "s", MsgID: "m", Payload: payload, Reason: "r", Deliveries: 1, FailedAt: 2})
+	}))
+	var kind string
+	require.NoError(t, db.QueryRow(`SELECT typeof(payload) FROM billing_nats_failed`).Scan(&kind))
+	require.Equal(t, "blob", kind)
+	rows, err := store.ListNATSFailed(t.Context())
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, payload, rows[0].Payload)
 }

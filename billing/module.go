@@ -3,21 +3,21 @@ package billing
 import (
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/retention"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Module provides billing's use cases and routes and registers the retention of
-// billing_receipts with the cleanup. The app supplies Config, *pgxpool.Pool,
+// billing_receipts with the cleanup. The app supplies Config, the sqldb.DB,
 // *slog.Logger, the *echo.Echo (web.Module) and the *auth.Guard (auth.Module).
 var Module = fx.Module("billing",
 	fx.Provide(
-		func(pool *pgxpool.Pool, logger *slog.Logger, cfg Config) *Service {
-			return NewService(pool, logger, ApplyGroupMax(cfg.ApplyGroupMax))
+		func(db sqldb.DB, logger *slog.Logger, cfg Config) *Service {
+			return NewService(db, logger, ApplyGroupMax(cfg.ApplyGroupMax))
 		},
 		NewHandler,
 		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),
@@ -30,10 +30,10 @@ var Module = fx.Module("billing",
 // event can still be redelivered (the relay's attempts × its capped delay, plus
 // the time a dead-lettered row may wait for an operator's requeue), or a late
 // redelivery would apply a second time.
-func ReceiptsRetention(cfg Config) retention.Policy {
+func ReceiptsRetention(cfg Config, db sqldb.DB) retention.Policy {
 	return retention.Policy{
 		Name:   "billing_receipts",
 		Keep:   cfg.ReceiptsRetention,
-		Delete: Store{}.DeleteReceipts,
+		Delete: NewStore(db).DeleteReceipts,
 	}
 }

@@ -9,12 +9,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 )
 
@@ -116,14 +115,14 @@ func (s *Service) handleNATS(ctx context.Context, m stream.Message) error {
 // deadLetter records m with reason and returns the error that terminates it, or,
 // when the record cannot be written, an ordinary error so the message comes back.
 func (s *Service) deadLetter(ctx context.Context, m stream.Message, reason string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		return s.store.InsertNATSFailed(ctx, tx, NATSFailed{
 			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
 			Reason: clip(reason, 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
 		})
 	})
 	if err != nil {
-		return classify(err)
+		return s.classify(err)
 	}
 	return stream.Terminate(errors.New(reason))
 }
@@ -151,34 +150,7 @@ type NATSFailed struct {
 	FailedAt   int64 // epoch ms
 }
 
-// InsertNATSFailed records a terminated message once: a redelivery of it (its
-// term was lost) adds nothing, another message at the same sequence of a
-// recreated stream (stored at another time) is recorded beside it.
-func (Store) InsertNATSFailed(ctx context.Context, tx pgx.Tx, f NATSFailed) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
-		int64(f.StreamSeq), f.StoredAt, f.Subject, f.MsgID, f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt)
-	if err != nil {
-		return fmt.Errorf("insert nats failed: %w", err)
-	}
-	return nil
-}
-
-// ListNATSFailed returns every terminated message, in the order recorded.
-func ListNATSFailed(ctx context.Context, pool *pgxpool.Pool) ([]NATSFailed, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at
-		FROM billing_nats_failed ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list nats failed: %w", err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
-		var f NATSFailed
-		var seq, deliveries int64
-		err := r.Scan(&seq, &f.StoredAt, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt)
-		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
-		return f, err
-	})
+// ListNATSFailed returns every terminated message of db, in the order recorded.
+func ListNATSFailed(ctx context.Context, db sqldb.DB) ([]NATSFailed, error) {
+	return NewStore(db).ListNATSFailed(ctx)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/stream"
 )
 
@@ -81,7 +82,7 @@ func (p *pair) failed(t *testing.T, n int) []billing.NATSFailed {
 	var rows []billing.NATSFailed
 	require.Eventually(t, func() bool {
 		var err error
-		rows, err = billing.ListNATSFailed(context.Background(), p.pool)
+		rows, err = billing.ListNATSFailed(context.Background(), postgres.NewDB(p.pool))
 		require.NoError(t, err)
 		return len(rows) >= n
 	}, 15*time.Second, 20*time.Millisecond, "%d terminated messages recorded", n)

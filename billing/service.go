@@ -9,16 +9,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
-	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/telemetry"
 )
 
@@ -30,10 +27,8 @@ const tracerName = "github.com/acme/outboxpair/billing"
 // commit together or not at all. Anything else goes back to the sender, whose
 // durable retry is the one that survives a crash.
 const (
-	maxAttempts  = 5
-	retryPause   = 5 * time.Millisecond // first pause; it doubles, with jitter
-	sqlSerialize = "40001"
-	sqlDeadlock  = "40P01"
+	maxAttempts = 5
+	retryPause  = 5 * time.Millisecond // first pause; it doubles, with jitter
 )
 
 // DefaultApplyGroupMax is the group size a Service uses when none is given
@@ -42,7 +37,7 @@ const DefaultApplyGroupMax = 100
 
 // Service applies delivered events and answers quota reads.
 type Service struct {
-	pool     *pgxpool.Pool
+	db       sqldb.DB
 	store    Store
 	logger   *slog.Logger
 	groupMax int // events applied in one transaction at most; 1: one transaction per event
@@ -66,10 +61,10 @@ func ApplyGroupMax(n int) Option {
 	}
 }
 
-// NewService returns the billing use cases over pool, with group apply at
-// DefaultApplyGroupMax unless opts say otherwise.
-func NewService(pool *pgxpool.Pool, logger *slog.Logger, opts ...Option) *Service {
-	s := &Service{pool: pool, logger: logger, groupMax: DefaultApplyGroupMax}
+// NewService returns the billing use cases over db (with the store of its
+// dialect), with group apply at DefaultApplyGroupMax unless opts say otherwise.
+func NewService(db sqldb.DB, logger *slog.Logger, opts ...Option) *Service {
+	s := &Service{db: db, store: NewStore(db), logger: logger, groupMax: DefaultApplyGroupMax}
 	for _, o := range opts {
 		o(s)
 	}
@@ -130,31 +125,31 @@ func (s *Service) commit(ctx context.Context, events []Event) (map[uuid.UUID]boo
 		if err == nil {
 			return fresh, nil
 		}
-		if !contention(err) {
-			return nil, classify(err)
+		if !s.db.Contention(err) {
+			return nil, s.classify(err)
 		}
 		if attempt == maxAttempts {
 			return nil, fault.Wrap(fault.Unavailable, err, "database busy, retry later")
 		}
 		contentionRetries.Inc()
 		if err := pause(ctx, attempt); err != nil {
-			return nil, classify(err)
+			return nil, s.classify(err)
 		}
 	}
 }
 
-// applyOnce runs the one statement of Store.Apply. In a normal build it runs
-// on the pool as its own transaction: one round trip, committed when it
-// returns, and a crash before its answer leaves either the whole group or
+// applyOnce runs Store.Apply. In a normal build it runs as its own
+// transaction (on PostgreSQL one statement on the pool: one round trip),
+// committed when it returns, and a crash before its answer leaves either the whole group or
 // none of it. A failpoints build wraps it in an explicit transaction so that
 // billing.events.before-commit has a place between the writes and the commit.
 func (s *Service) applyOnce(ctx context.Context, events []Event) (map[uuid.UUID]bool, error) {
 	now := time.Now().UnixMilli()
 	if !failpoint.Enabled {
-		return s.store.Apply(ctx, s.pool, events, now)
+		return s.store.Apply(ctx, nil, events, now)
 	}
 	var fresh map[uuid.UUID]bool
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		var err error
 		if fresh, err = s.store.Apply(ctx, tx, events, now); err != nil {
 			return err
@@ -170,28 +165,23 @@ func (s *Service) applyOnce(ctx context.Context, events []Event) (map[uuid.UUID]
 // Quota returns org's quota; an org no event has touched has 0 active rules.
 func (s *Service) Quota(ctx context.Context, org uuid.UUID) (Quota, error) {
 	var n int64
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
 		var err error
 		n, err = s.store.ActiveRules(ctx, tx, org)
 		return err
 	})
 	if err != nil {
-		return Quota{}, classify(err)
+		return Quota{}, s.classify(err)
 	}
 	return Quota{OrgID: org, ActiveRules: n}, nil
-}
-
-func contention(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == sqlSerialize || pgErr.Code == sqlDeadlock)
 }
 
 // classify gives err the code the sender acts on: 503 (retry later) when the
 // database could not be reached or the request ended first, 500 otherwise. The
 // cause is logged by the HTTP layer, never shown.
-func classify(err error) error {
+func (s *Service) classify(err error) error {
 	switch {
-	case postgres.Unavailable(err):
+	case s.db.Unavailable(err):
 		return fault.Wrap(fault.Unavailable, err, "database unavailable")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fault.Wrap(fault.Unavailable, err, "request ended before the database answered")

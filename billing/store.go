@@ -2,112 +2,45 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 )
 
-// Store reads and writes billing_receipts and billing_quota. Its methods run in the
-// transaction (or, for a single statement, on the pool) they are given; the use
-// case owns it.
-type Store struct{}
-
-// Querier runs one statement: a pgx.Tx, or the pool, where the statement is its
-// own transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+// Store reads and writes billing_receipts, billing_quota and
+// billing_nats_failed on one SQL dialect (store_postgres.go, store_sqlite.go).
+// The use case owns the transaction; Apply may also run as its own.
+type Store interface {
+	// Apply applies events (distinct ids) atomically, in tx or, when tx is
+	// nil, in a transaction of its own: each event's receipt is inserted unless
+	// it exists, and only the events whose receipt is new add their delta to
+	// their org's active rules. It returns the ids it applied. Every receipt
+	// commits with its change or none does.
+	Apply(ctx context.Context, tx sqldb.Tx, events []Event, now int64) (map[uuid.UUID]bool, error)
+	// ActiveRules returns org's active rules, 0 for an org no event touched.
+	ActiveRules(ctx context.Context, tx sqldb.Tx, org uuid.UUID) (int64, error)
+	// DeleteReceipts deletes at most limit receipts created before before
+	// (epoch ms) and returns how many: the retention of billing_receipts.
+	DeleteReceipts(ctx context.Context, before int64, limit int) (int64, error)
+	// InsertNATSFailed records a terminated message once (keyed by stream_seq
+	// and stored_at).
+	InsertNATSFailed(ctx context.Context, tx sqldb.Tx, f NATSFailed) error
+	// ListNATSFailed returns every terminated message, in the order recorded.
+	ListNATSFailed(ctx context.Context) ([]NATSFailed, error)
 }
 
-// applySQL applies a group of events in ONE statement (so, without an explicit
-// transaction, in one round trip and one commit). Each event's receipt is
-// inserted unless it exists, and only the events whose receipt is new add their
-// delta to their org's active rules, so an event whose receipt exists changes
-// nothing. The statement is atomic: every receipt commits with its change or
-// none does.
-//
-// Lock order is what keeps two concurrent groups (two replicas, or a group and
-// a lone delivery) from deadlocking: receipts are inserted in event id order
-// (a duplicate waits on the other transaction's uncommitted receipt) and quota
-// rows are changed in org id order, one upsert per org (ON CONFLICT DO UPDATE may
-// not touch a row twice in one statement, so the org's deltas are summed). The
-// aggregate consumes every receipt before it emits a quota row, so all receipt
-// locks come before any quota lock. The count is not clamped at zero: with no
-// ordering guarantee a deactivation may arrive before its activation, and only
-// the plain sum converges.
-const applySQL = `
-	WITH ev AS (
-		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS ev (event_id, org_id, delta)
-	), fresh AS (
-		INSERT INTO billing_receipts (event_id, created_at)
-		SELECT event_id, $4 FROM ev ORDER BY event_id
-		ON CONFLICT DO NOTHING
-		RETURNING event_id
-	), quota AS (
-		INSERT INTO billing_quota (org_id, active_rules, updated_at)
-		SELECT ev.org_id, sum(ev.delta)::bigint, $4 FROM fresh JOIN ev USING (event_id)
-		GROUP BY ev.org_id ORDER BY ev.org_id
-		ON CONFLICT (org_id) DO UPDATE
-		SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules,
-		    updated_at = EXCLUDED.updated_at
-	)
-	SELECT event_id FROM fresh`
-
-// Apply applies events (distinct ids) in one statement on q and returns the ids
-// whose receipt is new, the events it applied; the others were applied before
-// and changed nothing. A concurrent insert of the same id waits for the other
-// transaction: if that one commits, this one sees the conflict and leaves the
-// event out. The receipt and the change are one statement, so a receipt can never
-// be claimed apart from its effect (which would turn a crash into a lost event).
-func (Store) Apply(ctx context.Context, q Querier, events []Event, now int64) (map[uuid.UUID]bool, error) {
-	ids := make([]uuid.UUID, len(events))
-	orgs := make([]uuid.UUID, len(events))
-	deltas := make([]int64, len(events))
-	for i, e := range events {
-		ids[i], orgs[i], deltas[i] = e.ID, e.OrgID, e.Delta()
+// NewStore returns the billing store of db's dialect.
+func NewStore(db sqldb.DB) Store {
+	switch d := db.(type) {
+	case *postgres.DB:
+		return pgStore{pool: d.Pool}
+	case *sqlite.DB:
+		return sqliteStore{db: d}
+	default:
+		panic(fmt.Sprintf("billing: no store for %T", d))
 	}
-	rows, err := q.Query(ctx, applySQL, ids, orgs, deltas, now)
-	if err != nil {
-		return nil, fmt.Errorf("apply events: %w", err)
-	}
-	fresh := make(map[uuid.UUID]bool, len(events))
-	var id uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		fresh[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("apply events: %w", err)
-	}
-	return fresh, nil
-}
-
-// ActiveRules returns org's active rules, 0 for an org no event has touched.
-func (Store) ActiveRules(ctx context.Context, tx pgx.Tx, org uuid.UUID) (int64, error) {
-	var n int64
-	err := tx.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read quota: %w", err)
-	}
-	return n, nil
-}
-
-// DeleteReceipts deletes at most limit receipts created before before (epoch ms)
-// and returns how many it deleted. It is the retention of billing_receipts: a
-// receipt must outlive any window in which its event can be redelivered, or the
-// redelivery would apply again. Bounded batches keep each delete's locks short.
-func (Store) DeleteReceipts(ctx context.Context, pool *pgxpool.Pool, before int64, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, `
-		DELETE FROM billing_receipts
-		WHERE event_id IN (
-			SELECT event_id FROM billing_receipts WHERE created_at < $1 LIMIT $2)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete receipts: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

@@ -256,6 +256,9 @@ func TestContractTables(t *testing.T) {
 	t.Parallel()
 	section := contractSection(t, 2)
 	create := regexp.MustCompile(`(?i)CREATE TABLE (?:IF NOT EXISTS )?([a-z_][a-z0-9_]*)`)
+	// A table built under another name and renamed (SQLite rebuilds a table
+	// to change its key) is listed under the name it ends with.
+	rename := regexp.MustCompile(`(?i)ALTER TABLE ([a-z_][a-z0-9_]*) RENAME TO ([a-z_][a-z0-9_]*)`)
 	found := 0
 	err := filepath.WalkDir(filepath.Join(root, "migrations"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".sql") {
@@ -265,7 +268,14 @@ func TestContractTables(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		renamed := map[string]bool{}
+		for _, m := range rename.FindAllStringSubmatch(string(b), -1) {
+			renamed[m[1]] = true
+		}
 		for _, m := range create.FindAllStringSubmatch(string(b), -1) {
+			if renamed[m[1]] {
+				continue
+			}
 			found++
 			require.Contains(t, section, "`"+m[1]+"(", "%s creates table %s, which CONTRACT.md section 2 does not list", path, m[1])
 		}

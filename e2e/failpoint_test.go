@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
 
 // TestFailpointExit kills a process with SIGKILL at each dangerous point of
@@ -57,26 +59,29 @@ func TestFailpointExit(t *testing.T) {
 		require.EqualValues(t, 1, c.quota(t, org), "billing's API agrees")
 	}
 
-	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) {
-			t.Parallel()
-			failpointScenarios(t, tr, activateOnce, retryAndConverge)
-		})
+	for _, d := range dbtest.Dialects {
+		for _, tr := range transports {
+			t.Run(string(d)+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				failpointScenarios(t, d, tr, activateOnce, retryAndConverge)
+			})
+		}
 	}
 }
 
-// failpointScenarios are TestFailpointExit's cases over transport tr: with
+// failpointScenarios are TestFailpointExit's cases on databases of dialect d
+// over transport tr: with
 // nats, the relay's subscriber publishes to JetStream and billing consumes the
 // stream, so a row is settled once the broker acked it, and billing's
 // after-commit point is billing.nats.after-commit (before the ack).
-func failpointScenarios(t *testing.T, tr string,
+func failpointScenarios(t *testing.T, d sqldb.Dialect, tr string,
 	activateOnce func(t *testing.T, c *cluster) (org, id uuid.UUID, activateErr error),
 	retryAndConverge func(t *testing.T, c *cluster, org, id uuid.UUID),
 ) {
 	t.Run("labeling killed after the activation commits: the retry answers 200 and the event exists once", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.LabelingActivateAfterCommit
-		c := setup(t, config{transport: tr, labelingFailpoints: point + "=exit"})
+		c := setup(t, config{dialect: d, transport: tr, labelingFailpoints: point + "=exit"})
 		org, id, err := activateOnce(t, c)
 		require.ErrorIs(t, err, errTransport, "the client must see no answer: the process dies before the response")
 		c.lab().requireDiedAt(t, point)
@@ -91,7 +96,7 @@ func failpointScenarios(t *testing.T, tr string,
 	t.Run("relay killed after the claim: the lease expires and another claim delivers", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.RelayAfterClaim
-		c := setup(t, config{transport: tr, labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
+		c := setup(t, config{dialect: d, transport: tr, labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
 		org, id, err := activateOnce(t, c)
 		if err != nil {
 			t.Logf("the relay claimed before the activation answered: %v", err)
@@ -111,7 +116,7 @@ func failpointScenarios(t *testing.T, tr string,
 	t.Run("relay killed after billing applied, before the settle: redelivered, applied once", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.RelayAfterDispatch
-		c := setup(t, config{transport: tr, labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
+		c := setup(t, config{dialect: d, transport: tr, labelingFailpoints: point + "=exit", claimSize: 2, handlerTimeout: time.Second, lease: 3 * time.Second})
 		org, id, err := activateOnce(t, c)
 		if err != nil {
 			t.Logf("the relay dispatched before the activation answered: %v", err)
@@ -140,7 +145,7 @@ func failpointScenarios(t *testing.T, tr string,
 	t.Run("billing killed before its commit: nothing applied, delivered again until applied", func(t *testing.T) {
 		t.Parallel()
 		point := failpoint.BillingEventsBeforeCommit
-		c := setup(t, config{transport: tr, billingFailpoints: point + "=exit"})
+		c := setup(t, config{dialect: d, transport: tr, billingFailpoints: point + "=exit"})
 		org, id, err := activateOnce(t, c)
 		require.NoError(t, err)
 		c.billing.requireDiedAt(t, point)
@@ -158,7 +163,7 @@ func failpointScenarios(t *testing.T, tr string,
 		if tr == transportNATS {
 			point = failpoint.BillingNATSAfterCommit
 		}
-		c := setup(t, config{transport: tr, billingFailpoints: point + "=exit"})
+		c := setup(t, config{dialect: d, transport: tr, billingFailpoints: point + "=exit"})
 		org, id, err := activateOnce(t, c)
 		require.NoError(t, err)
 		c.billing.requireDiedAt(t, point)

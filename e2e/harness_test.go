@@ -23,6 +23,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/internal/testsupport/proxytest"
@@ -52,6 +55,7 @@ type config struct {
 	env                map[string]string // more variables for every process (e.g. OTEL_*)
 	pg                 *pgServer         // the scenario's own PostgreSQL cluster; nil: the shared test server (pgtest)
 	proxied            bool              // each service reaches its database through a blackholeProxy
+	dialect            sqldb.Dialect     // the databases' dialect: PostgreSQL (the default) or SQLite files
 }
 
 func (c config) withDefaults() config {
@@ -70,6 +74,9 @@ func (c config) withDefaults() config {
 	if c.transport == "" {
 		c.transport = transportHTTP
 	}
+	if c.dialect == "" {
+		c.dialect = sqldb.Postgres
+	}
 	if c.transport == transportNATS && c.natsNodes == 0 {
 		c.natsNodes = 1
 	}
@@ -84,14 +91,16 @@ func (c config) withDefaults() config {
 // cluster is one scenario's world: two fresh databases, billing, and one or more
 // labeling processes delivering to it.
 type cluster struct {
-	t        *testing.T
-	cfg      config
-	labDB    *pgtest.DB
-	billDB   *pgtest.DB
-	billing  *proc
-	labeling []*proc
-	nats     []*natsNode // the JetStream servers, with transportNATS
-	http     *http.Client
+	t      *testing.T
+	cfg    config
+	labDB  *pgtest.DB // PostgreSQL only: nil on SQLite
+	billDB *pgtest.DB
+	// labQ and billQ read the two databases in either dialect (the invariant).
+	labQ, billQ *dbtest.DB
+	billing     *proc
+	labeling    []*proc
+	nats        []*natsNode // the JetStream servers, with transportNATS
+	http        *http.Client
 	// With cfg.proxied, the proxies between each service and its database.
 	labProxy, billProxy *proxytest.Proxy
 
@@ -115,13 +124,24 @@ func setup(t *testing.T, cfg config) *cluster {
 			Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 5 * time.Second},
 		},
 	}
-	if cfg.pg != nil {
+	var labURL, billURL string
+	switch {
+	case cfg.dialect == sqldb.SQLite:
+		// A file per service, migrated as serve migrates it; every labeling
+		// replica shares the one file.
+		c.labQ, c.billQ = dbtest.New(t, sqldb.SQLite, migrations.Labeling), dbtest.New(t, sqldb.SQLite, migrations.Billing)
+		labURL, billURL = c.labQ.URL, c.billQ.URL
+	case cfg.pg != nil:
 		// Empty: each service migrates its own at its first start.
 		c.labDB, c.billDB = cfg.pg.newDB(t, "labeling"), cfg.pg.newDB(t, "billing")
-	} else {
+	default:
 		c.labDB, c.billDB = pgtest.New(t, migrations.Labeling), pgtest.New(t, migrations.Billing)
 	}
-	labURL, billURL := c.labDB.URL, c.billDB.URL
+	if c.labDB != nil {
+		labURL, billURL = c.labDB.URL, c.billDB.URL
+		c.labQ = &dbtest.DB{DB: postgres.NewDB(c.labDB.Pool), URL: c.labDB.URL, Pool: c.labDB.Pool}
+		c.billQ = &dbtest.DB{DB: postgres.NewDB(c.billDB.Pool), URL: c.billDB.URL, Pool: c.billDB.Pool}
+	}
 	if cfg.proxied {
 		labURL, c.labProxy = proxytest.Via(t, labURL)
 		billURL, c.billProxy = proxytest.Via(t, billURL)
@@ -220,6 +240,9 @@ func (c *cluster) lab() *proc { return c.labeling[0] }
 // appURL adds application_name to a database URL, so that the database-cut
 // scenario can terminate the services' backends and not the test's own.
 func appURL(t *testing.T, raw, app string) string {
+	if sqldb.DialectOf(raw) == sqldb.SQLite {
+		return raw // a file: no sessions to name
+	}
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
 	q := u.Query()

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
 
 // convergeTimeout bounds how long the invariant may take to hold after a
@@ -62,45 +64,67 @@ type snapshot struct {
 // are still landing a snapshot may show a difference that the next one does not.
 func (c *cluster) read(ctx context.Context) (snapshot, error) {
 	s := snapshot{activeRules: map[uuid.UUID]int64{}, quota: map[uuid.UUID]int64{}, receipts: map[uuid.UUID]bool{}}
-	rows, err := c.labDB.Pool.Query(ctx, `SELECT org_id, count(*) FILTER (WHERE active) FROM labeling_rules GROUP BY org_id`)
-	if err != nil {
-		return s, err
-	}
 	var org uuid.UUID
 	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&org, &n}, func() error { s.activeRules[org] = n; return nil }); err != nil {
-		return s, err
-	}
-	rows, err = c.labDB.Pool.Query(ctx, `SELECT id, event_tag, payload::text, created_at, available_at, claimed_until,
-		attempts, processed_at, failed_at, last_error FROM outbox_events ORDER BY created_at, id`)
+	err := each(ctx, c.labQ, `SELECT org_id, sum(CASE WHEN active THEN 1 ELSE 0 END) FROM labeling_rules GROUP BY org_id`,
+		[]any{&org, &n}, func() { s.activeRules[org] = n })
 	if err != nil {
 		return s, err
 	}
-	s.outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
-	if err != nil {
+	if s.outbox, err = readOutbox(ctx, c.labQ); err != nil {
 		return s, err
 	}
-	rows, err = c.billDB.Pool.Query(ctx, `SELECT org_id, active_rules FROM billing_quota`)
-	if err != nil {
-		return s, err
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&org, &n}, func() error { s.quota[org] = n; return nil }); err != nil {
-		return s, err
-	}
-	rows, err = c.billDB.Pool.Query(ctx, `SELECT event_id FROM billing_receipts`)
-	if err != nil {
+	if err := each(ctx, c.billQ, `SELECT org_id, active_rules FROM billing_quota`, []any{&org, &n}, func() { s.quota[org] = n }); err != nil {
 		return s, err
 	}
 	var id uuid.UUID
-	if _, err = pgx.ForEachRow(rows, []any{&id}, func() error { s.receipts[id] = true; return nil }); err != nil {
+	if err := each(ctx, c.billQ, `SELECT event_id FROM billing_receipts`, []any{&id}, func() { s.receipts[id] = true }); err != nil {
 		return s, err
 	}
-	rows, err = c.billDB.Pool.Query(ctx, `SELECT format('seq %s %s msg_id=%s: %s', stream_seq, subject, msg_id, reason) FROM billing_nats_failed`)
-	if err != nil {
-		return s, err
-	}
-	s.natsFailed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	var line string
+	err = each(ctx, c.billQ, `SELECT 'seq ' || stream_seq || ' ' || subject || ' msg_id=' || msg_id || ': ' || reason FROM billing_nats_failed`,
+		[]any{&line}, func() { s.natsFailed = append(s.natsFailed, line) })
 	return s, err
+}
+
+// each runs query on db (either dialect) and calls fn after scanning each row
+// into dest.
+func each(ctx context.Context, db *dbtest.DB, query string, dest []any, fn func()) error {
+	if db.Pool != nil {
+		rows, err := db.Pool.Query(ctx, query)
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, dest, func() error { fn(); return nil })
+		return err
+	}
+	rows, err := db.SQLite.Read.QueryContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		fn()
+	}
+	return rows.Err()
+}
+
+// readOutbox reads outbox_events in created_at order.
+func readOutbox(ctx context.Context, db *dbtest.DB) ([]outboxRow, error) {
+	payload := "payload::text"
+	if db.Pool == nil {
+		payload = "payload"
+	}
+	var out []outboxRow
+	var r outboxRow
+	err := each(ctx, db, `SELECT id, event_tag, `+payload+`, created_at, available_at, claimed_until,
+		attempts, processed_at, failed_at, last_error FROM outbox_events ORDER BY created_at, id`,
+		[]any{&r.ID, &r.Tag, &r.Payload, &r.CreatedAt, &r.AvailableAt, &r.ClaimedUntil, &r.Attempts, &r.ProcessedAt, &r.FailedAt, &r.LastError},
+		func() { out = append(out, r); r = outboxRow{} })
+	return out, err
 }
 
 // problems lists, row by row, every way the snapshot breaks the invariant:
@@ -197,12 +221,7 @@ func (c *cluster) requireConverged(t *testing.T) (snapshot, time.Duration) {
 // outboxRows reads outbox_events now.
 func (c *cluster) outboxRows(t *testing.T) []outboxRow {
 	t.Helper()
-	rows, err := c.labDB.Pool.Query(context.Background(), `SELECT id, event_tag, payload::text, created_at, available_at,
-		claimed_until, attempts, processed_at, failed_at, last_error FROM outbox_events ORDER BY created_at, id`)
-	if err != nil {
-		t.Fatalf("read outbox_events: %v", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
+	out, err := readOutbox(context.Background(), c.labQ)
 	if err != nil {
 		t.Fatalf("read outbox_events: %v", err)
 	}
@@ -213,7 +232,7 @@ func (c *cluster) outboxRows(t *testing.T) []outboxRow {
 func (c *cluster) receiptCount(t *testing.T) int {
 	t.Helper()
 	var n int
-	if err := c.billDB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM billing_receipts`).Scan(&n); err != nil {
+	if err := c.billQ.QueryRow(`SELECT count(*) FROM billing_receipts`).Scan(&n); err != nil {
 		t.Fatalf("count billing_receipts: %v", err)
 	}
 	return n
@@ -223,7 +242,7 @@ func (c *cluster) receiptCount(t *testing.T) int {
 func (c *cluster) ruleActive(t *testing.T, id uuid.UUID) bool {
 	t.Helper()
 	var active bool
-	if err := c.labDB.Pool.QueryRow(context.Background(), `SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active); err != nil {
+	if err := c.labQ.QueryRow(`SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active); err != nil {
 		t.Fatalf("read rule %s: %v", id, err)
 	}
 	return active

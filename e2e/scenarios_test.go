@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
@@ -27,17 +29,31 @@ func eachTransport(t *testing.T, fn func(t *testing.T, tr string)) {
 	}
 }
 
+// eachDialectTransport runs fn as one parallel subtest per dialect and
+// transport (postgres/http, postgres/nats, sqlite/http, sqlite/nats).
+func eachDialectTransport(t *testing.T, fn func(t *testing.T, d sqldb.Dialect, tr string)) {
+	t.Helper()
+	for _, d := range dbtest.Dialects {
+		for _, tr := range transports {
+			t.Run(string(d)+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				fn(t, d, tr)
+			})
+		}
+	}
+}
+
 // TestKillUnderLoad kills labeling or billing with SIGKILL at random moments
 // while clients create, activate, deactivate and reactivate rules, restarting
 // each at once: every rule ends in the state its client last set, and every
 // state change reaches billing exactly once.
 func TestKillUnderLoad(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, killUnderLoad)
+	eachDialectTransport(t, killUnderLoad)
 }
 
-func killUnderLoad(t *testing.T, tr string) {
-	c := setup(t, config{transport: tr})
+func killUnderLoad(t *testing.T, d sqldb.Dialect, tr string) {
+	c := setup(t, config{dialect: d, transport: tr})
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("kill schedule seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -67,12 +83,12 @@ func killUnderLoad(t *testing.T, tr string) {
 // every 50ms poll would), and all are applied once billing comes up.
 func TestBillingDown(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, billingDown)
+	eachDialectTransport(t, billingDown)
 }
 
-func billingDown(t *testing.T, tr string) {
+func billingDown(t *testing.T, d sqldb.Dialect, tr string) {
 	// At the 50ms poll, retrying on every tick would burn 30 attempts in 1.5s.
-	c := setup(t, config{transport: tr, billingDown: true, maxAttempts: 30})
+	c := setup(t, config{dialect: d, transport: tr, billingDown: true, maxAttempts: 30})
 	ctx := context.Background()
 
 	org := uuid.New()
@@ -135,13 +151,13 @@ func billingDown(t *testing.T, tr string) {
 // is delivered and applied exactly once.
 func TestReplicas(t *testing.T) {
 	t.Parallel()
-	eachTransport(t, replicas)
+	eachDialectTransport(t, replicas)
 }
 
-func replicas(t *testing.T, tr string) {
+func replicas(t *testing.T, d sqldb.Dialect, tr string) {
 	// A generous handler timeout: no delivery outlives its lease even on a busy
 	// machine, so any duplicate would come from two relays claiming one row.
-	c := setup(t, config{transport: tr, replicas: 3, claimSize: 2, handlerTimeout: 5 * time.Second, lease: 10 * time.Second})
+	c := setup(t, config{dialect: d, transport: tr, replicas: 3, claimSize: 2, handlerTimeout: 5 * time.Second, lease: 10 * time.Second})
 
 	l := startLoad(t, c, loadOptions{clients: 6, rules: 2, maxOps: 40, pace: 10 * time.Millisecond, replicas: true})
 	// Every client's every op, counted from zero: ops answered before a

@@ -6,13 +6,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Page limits of List.
@@ -24,15 +22,17 @@ const (
 // Service holds the use cases. Each owns its transaction; a state change commits
 // with its outbox event or not at all.
 type Service struct {
-	pool   *pgxpool.Pool
-	store  *Store
+	db     sqldb.DB
+	store  Store
+	events outbox.Store
 	nudger outbox.Nudger
 }
 
-// NewService returns the use cases over pool. nudger is woken after every commit
-// that appended an event (the relay, or a test's counter).
-func NewService(pool *pgxpool.Pool, store *Store, nudger outbox.Nudger) *Service {
-	return &Service{pool: pool, store: store, nudger: nudger}
+// NewService returns the use cases over db, with the rules store and the outbox
+// store of db's dialect. nudger is woken after every commit that appended an
+// event (the relay, or a test's counter).
+func NewService(db sqldb.DB, store Store, events outbox.Store, nudger outbox.Nudger) *Service {
+	return &Service{db: db, store: store, events: events, nudger: nudger}
 }
 
 // Create stores org's new rule n. created is true when this call stored it; when
@@ -41,7 +41,7 @@ func NewService(pool *pgxpool.Pool, store *Store, nudger outbox.Nudger) *Service
 // fault.Conflict whose reason is "rule_id_conflict".
 func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, created bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		rule, created, err = s.store.Insert(ctx, tx, Rule{
 			ID: n.ID, OrgID: org, Name: n.Name, Pattern: n.Pattern, Label: n.Label,
 			CreatedAt: now, UpdatedAt: now,
@@ -75,7 +75,7 @@ func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, 
 
 // Get returns org's rule id; fault.NotFound when absent or another org's.
 func (s *Service) Get(ctx context.Context, org OrgID, id RuleID) (rule Rule, err error) {
-	err = s.inTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
 		rule, err = s.store.Get(ctx, tx, org, id)
 		return err
 	})
@@ -100,7 +100,7 @@ func (s *Service) List(ctx context.Context, org OrgID, after *RuleID, limit int)
 		from = after.UUID()
 	}
 	var rules []Rule
-	err := s.inTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
 		var err error
 		// One row more than asked tells whether a next page exists, so a client
 		// never fetches an empty last page.
@@ -152,7 +152,7 @@ func (s *Service) Deactivate(ctx context.Context, org OrgID, id RuleID) (Rule, e
 
 func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bool) (rule Rule, changed bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		rule, changed, err = s.store.SetActive(ctx, tx, org, id, active, now)
 		if err != nil {
 			return err
@@ -166,7 +166,7 @@ func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bo
 		if !active {
 			event = RuleDeactivated{OrgID: org.UUID(), RuleID: id.UUID()}
 		}
-		_, err = outbox.Append(ctx, tx, event)
+		_, err = outbox.Append(ctx, s.events, tx, event)
 		return err
 	})
 	if err != nil {
@@ -181,15 +181,15 @@ func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bo
 // inTx runs fn in a transaction and classifies what failed: a *fault.Error from fn
 // passes through, an unreachable database is Unavailable (503, the client retries),
 // anything else is Internal.
-func (s *Service) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, opts, fn)
+func (s *Service) inTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) error) error {
+	err := s.db.InTx(ctx, opts, fn)
 	var fe *fault.Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &fe):
 		return err
-	case postgres.Unavailable(err):
+	case s.db.Unavailable(err):
 		return fault.Wrap(fault.Unavailable, err, "database unavailable")
 	default:
 		return fault.Wrap(fault.Internal, err, "internal error")

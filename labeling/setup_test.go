@@ -1,7 +1,6 @@
 package labeling
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -15,10 +14,12 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
-	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -28,7 +29,7 @@ type countingNudger struct{ n atomic.Int64 }
 func (c *countingNudger) Nudge() { c.n.Add(1) }
 
 type testBundle struct {
-	db     *pgtest.DB
+	db     *dbtest.DB
 	e      *echo.Echo
 	svc    *Service
 	nudges *countingNudger
@@ -36,13 +37,14 @@ type testBundle struct {
 	org    string           // an org with no rules yet
 }
 
-func setup(t *testing.T) *testBundle {
+// setup is the app on a fresh database of dialect d.
+func setup(t *testing.T, d sqldb.Dialect) *testBundle {
 	t.Helper()
-	db := pgtest.New(t, migrations.Labeling)
+	db := dbtest.New(t, d, migrations.Labeling)
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	e := web.New(logger, db.Pool)
+	e := web.New(logger, db.DB)
 	nudges := &countingNudger{}
-	svc := NewService(db.Pool, NewStore(), nudges)
+	svc := NewService(db.DB, NewStore(db.DB), outbox.NewStore(db.DB), nudges)
 	// Authentication is on, as in production: do sends a valid token for the org
 	// of each path (auth_test.go attacks it).
 	iss := authtest.New(t)
@@ -116,9 +118,7 @@ func requireError(t testing.TB, rec *httptest.ResponseRecorder, status int, code
 
 func (b *testBundle) count(t testing.TB, query string, args ...any) int {
 	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), query, args...).Scan(&n))
-	return n
+	return b.db.Count(t, query, args...)
 }
 
 // outboxRow is an outbox row as the tests read it.
@@ -132,12 +132,10 @@ type outboxRow struct {
 // UUIDv7).
 func (b *testBundle) events(t testing.TB) []outboxRow {
 	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(), `
+	rows := b.db.Query(t, `
 		SELECT event_tag, payload, created_at FROM outbox_events
 		WHERE payload->>'orgId' = $1
 		ORDER BY created_at, id`, b.org)
-	require.NoError(t, err)
-	defer rows.Close()
 	var out []outboxRow
 	for rows.Next() {
 		var r outboxRow

@@ -2,119 +2,52 @@ package labeling
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 )
 
-// Store reads and writes labeling_rules. Every method runs in the transaction its
-// caller passes, so a use case decides what is atomic with what.
-type Store struct{}
+// Store reads and writes labeling_rules on one SQL dialect (store_postgres.go,
+// store_sqlite.go). Every method runs in the transaction its caller passes (a
+// Tx of the store's dialect), so a use case decides what is atomic with what.
+type Store interface {
+	// Insert stores r unless a rule with its id exists, and reports whether it
+	// did. Of several racing creates of one id exactly one inserts, and the
+	// others see its committed row in their next statement.
+	Insert(ctx context.Context, tx sqldb.Tx, r Rule) (Rule, bool, error)
+	// ByID returns the rule with id whatever its org; found is false when
+	// there is none.
+	ByID(ctx context.Context, tx sqldb.Tx, id RuleID) (Rule, bool, error)
+	// Get returns org's rule id, or a fault.NotFound when it does not exist or
+	// belongs to another org.
+	Get(ctx context.Context, tx sqldb.Tx, org OrgID, id RuleID) (Rule, error)
+	// List returns up to limit of org's rules with ids greater than after, in
+	// id order (the nil UUID starts at the beginning).
+	List(ctx context.Context, tx sqldb.Tx, org OrgID, after uuid.UUID, limit int) ([]Rule, error)
+	// SetActive moves org's rule id to the state active and reports whether it
+	// moved: of concurrent calls exactly one changes it. updated_at never goes
+	// back.
+	SetActive(ctx context.Context, tx sqldb.Tx, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error)
+}
 
-// NewStore returns the rules store.
-func NewStore() *Store { return &Store{} }
+// NewStore returns the rules store of db's dialect.
+func NewStore(db sqldb.DB) Store {
+	switch d := db.(type) {
+	case *postgres.DB:
+		return pgStore{}
+	case *sqlite.DB:
+		return sqliteStore{}
+	default:
+		panic(fmt.Sprintf("labeling: no rules store for %T", d))
+	}
+}
 
 const ruleColumns = `org_id, id, name, pattern, label, active, created_at, updated_at`
-
-// Insert stores r unless a rule with its id exists, and reports whether it did.
-// ON CONFLICT DO NOTHING waits for a concurrent insert of the same id to commit or
-// roll back, so under READ COMMITTED exactly one of several racing creates inserts
-// and the others see its committed row in their next statement.
-func (s *Store) Insert(ctx context.Context, tx pgx.Tx, r Rule) (Rule, bool, error) {
-	rows, _ := tx.Query(ctx, `
-		INSERT INTO labeling_rules (`+ruleColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (id) DO NOTHING
-		RETURNING `+ruleColumns,
-		r.OrgID.UUID(), r.ID.UUID(), r.Name, r.Pattern, r.Label, r.Active, r.CreatedAt, r.UpdatedAt)
-	stored, err := pgx.CollectExactlyOneRow(rows, scanRule)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Rule{}, false, nil
-	}
-	if err != nil {
-		return Rule{}, false, fmt.Errorf("insert rule: %w", err)
-	}
-	return stored, true, nil
-}
-
-// ByID returns the rule with id whatever its org, for telling a replay from a
-// conflict; found is false when there is none.
-func (s *Store) ByID(ctx context.Context, tx pgx.Tx, id RuleID) (Rule, bool, error) {
-	rows, _ := tx.Query(ctx, `SELECT `+ruleColumns+` FROM labeling_rules WHERE id = $1`, id.UUID())
-	return oneRule(rows)
-}
-
-// Get returns org's rule id, or a fault.NotFound when it does not exist or belongs
-// to another org: the two are indistinguishable to the caller.
-func (s *Store) Get(ctx context.Context, tx pgx.Tx, org OrgID, id RuleID) (Rule, error) {
-	rows, _ := tx.Query(ctx, `
-		SELECT `+ruleColumns+` FROM labeling_rules WHERE org_id = $1 AND id = $2`,
-		org.UUID(), id.UUID())
-	r, found, err := oneRule(rows)
-	if err != nil {
-		return Rule{}, err
-	}
-	if !found {
-		return Rule{}, errNotFound(id)
-	}
-	return r, nil
-}
-
-// List returns up to limit of org's rules with ids greater than after, in id
-// order. Pass the nil UUID to start at the beginning: no rule has it.
-func (s *Store) List(ctx context.Context, tx pgx.Tx, org OrgID, after uuid.UUID, limit int) ([]Rule, error) {
-	// One shape for the first and later pages keeps the (org_id, id) index usable
-	// with a generic prepared plan, which an "$2 IS NULL OR" filter would not.
-	rows, _ := tx.Query(ctx, `
-		SELECT `+ruleColumns+` FROM labeling_rules
-		WHERE org_id = $1 AND id > $2
-		ORDER BY id
-		LIMIT $3`,
-		org.UUID(), after, limit)
-	rules, err := pgx.CollectRows(rows, scanRule)
-	if err != nil {
-		return nil, fmt.Errorf("list rules: %w", err)
-	}
-	return rules, nil
-}
-
-// SetActive moves org's rule id to the state active and reports whether it moved.
-// It matches only a row in the other state, so of any number of concurrent calls
-// exactly one changes it: the others wait on the row lock, re-check the condition
-// against the committed row, and match nothing. updated_at never goes back, even
-// when replicas' clocks disagree.
-func (s *Store) SetActive(ctx context.Context, tx pgx.Tx, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error) {
-	rows, _ := tx.Query(ctx, `
-		UPDATE labeling_rules
-		SET active = $3, updated_at = GREATEST(updated_at, $4)
-		WHERE org_id = $1 AND id = $2 AND active <> $3
-		RETURNING `+ruleColumns,
-		org.UUID(), id.UUID(), active, now)
-	return oneRule(rows)
-}
-
-func oneRule(rows pgx.Rows) (Rule, bool, error) {
-	r, err := pgx.CollectExactlyOneRow(rows, scanRule)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Rule{}, false, nil
-	}
-	if err != nil {
-		return Rule{}, false, fmt.Errorf("read rule: %w", err)
-	}
-	return r, true, nil
-}
-
-func scanRule(row pgx.CollectableRow) (Rule, error) {
-	var r Rule
-	var org, id uuid.UUID
-	err := row.Scan(&org, &id, &r.Name, &r.Pattern, &r.Label, &r.Active, &r.CreatedAt, &r.UpdatedAt)
-	r.OrgID, r.ID = OrgID{org}, RuleID{id}
-	return r, err
-}
 
 // ErrRuleNotFound is the answer for a rule that does not exist, or exists in
 // another org, and for any request on an org the caller's token does not cover:

@@ -1,5 +1,8 @@
-// Package migrations embeds the SQL schema of each service database. Each service
-// owns one set and applies it with goose at start-up; neither reads the other's tables.
+// Package migrations embeds the SQL schema of each service database, in each
+// dialect: migrations/<service>/postgres and migrations/<service>/sqlite hold
+// the same version numbers and end in the same tables and columns
+// (TestDialectsAgree). Each service owns one set and applies it with goose at
+// start-up; neither reads the other's tables.
 package migrations
 
 import (
@@ -7,14 +10,16 @@ import (
 	"io/fs"
 )
 
-//go:embed labeling/*.sql billing/*.sql
+//go:embed labeling/postgres/*.sql billing/postgres/*.sql labeling/sqlite/*.sql billing/sqlite/*.sql
 var files embed.FS
 
 // Set is one service's migrations: the files goose applies (the embedded fs.FS),
 // the table goose records them in, and the table that tells an earlier shared
 // record of them apart from the other service's.
 type Set struct {
-	fs.FS
+	fs.FS // the PostgreSQL files
+	// SQLite is the same set in SQLite's form (same versions, same Table).
+	SQLite fs.FS
 	// Table is the goose version table of this set alone (contract section 2), so
 	// both services may migrate one database without skipping each other's
 	// versions, which share numbers.
@@ -31,11 +36,11 @@ type Set struct {
 const LegacyTable = "goose_db_version"
 
 // Labeling is the migration set of the labeling database (labeling_rules and outbox_events).
-var Labeling = Set{FS: sub("labeling"), Table: "labeling_goose_db_version", Marker: "outbox_events"}
+var Labeling = Set{FS: sub("labeling/postgres"), SQLite: sub("labeling/sqlite"), Table: "labeling_goose_db_version", Marker: "outbox_events"}
 
 // Billing is the migration set of the billing database (billing_quota, billing_receipts
 // and billing_nats_failed).
-var Billing = Set{FS: sub("billing"), Table: "billing_goose_db_version", Marker: "billing_quota"}
+var Billing = Set{FS: sub("billing/postgres"), SQLite: sub("billing/sqlite"), Table: "billing_goose_db_version", Marker: "billing_quota"}
 
 func sub(dir string) fs.FS {
 	f, err := fs.Sub(files, dir)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
@@ -21,6 +24,10 @@ import (
 // redelivery finds: the receipt and the change are there together or not at all.
 func TestCrash(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) { testCrash(t, d) })
+}
+
+func testCrash(t *testing.T, d sqldb.Dialect) {
 
 	const tok = "crash-test-token"
 	type bundle struct {
@@ -32,8 +39,12 @@ func TestCrash(t *testing.T) {
 	setup := func(t *testing.T) *bundle {
 		t.Helper()
 		org, id := uuid.New(), uuid.Must(uuid.NewV7())
+		dbURL := "sqlite:" + filepath.Join(t.TempDir(), "billing.db") // created and migrated by the process
+		if d == sqldb.Postgres {
+			dbURL = pgtest.Empty(t).URL
+		}
 		return &bundle{
-			dbURL: pgtest.Empty(t).URL, org: org, id: id,
+			dbURL: dbURL, org: org, id: id,
 			body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New()),
 		}
 	}
@@ -54,15 +65,30 @@ func TestCrash(t *testing.T) {
 	// state reads the receipt and the org's active rules (-99 when no row).
 	state := func(t *testing.T, b *bundle) (bool, int64) {
 		t.Helper()
-		conn, err := pgx.Connect(context.Background(), b.dbURL)
-		require.NoError(t, err)
-		defer conn.Close(context.Background())
+		var db *dbtest.DB
+		if d == sqldb.SQLite {
+			db = dbtest.OpenSQLite(t, b.dbURL)
+			defer db.Close()
+		} else {
+			conn, err := pgx.Connect(context.Background(), b.dbURL)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			var receipt bool
+			require.NoError(t, conn.QueryRow(context.Background(),
+				`SELECT EXISTS (SELECT 1 FROM billing_receipts WHERE event_id = $1)`, b.id).Scan(&receipt))
+			var n int64 = -99
+			err = conn.QueryRow(context.Background(), `SELECT active_rules FROM billing_quota WHERE org_id = $1`, b.org).Scan(&n)
+			if !errors.Is(err, pgx.ErrNoRows) {
+				require.NoError(t, err)
+			}
+			return receipt, n
+		}
 		var receipt bool
-		require.NoError(t, conn.QueryRow(context.Background(),
+		require.NoError(t, db.QueryRow(
 			`SELECT EXISTS (SELECT 1 FROM billing_receipts WHERE event_id = $1)`, b.id).Scan(&receipt))
 		var n int64 = -99
-		err = conn.QueryRow(context.Background(), `SELECT active_rules FROM billing_quota WHERE org_id = $1`, b.org).Scan(&n)
-		if !errors.Is(err, pgx.ErrNoRows) {
+		err := db.QueryRow(`SELECT active_rules FROM billing_quota WHERE org_id = $1`, b.org).Scan(&n)
+		if !dbtest.NoRows(err) {
 			require.NoError(t, err)
 		}
 		return receipt, n

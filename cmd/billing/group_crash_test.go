@@ -21,8 +21,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // TestGroupCrash kills the real process at each billing failpoint while a group
@@ -52,140 +55,170 @@ func TestGroupCrash(t *testing.T) {
 		{name: "killed after the group's commit over NATS, before the acks: all applied, the redeliveries change nothing",
 			point: failpoint.BillingNATSAfterCommit, nats: true, committed: true},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db := pgtest.Empty(t)
-			vars := []string{"DATABASE_URL=" + db.URL, "EVENTS_TOKEN=" + tok, "HTTP_ADDR=127.0.0.1:0", "AUTH_DISABLED=true"}
-			var js jetstream.JetStream
-			if tc.nats {
-				url := jetStream(t)
-				js = jsClient(t, url)
-				_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-					Name: "LABELING_EVENTS", Subjects: []string{"labeling.events.>"}, Storage: jetstream.FileStorage,
-				})
-				require.NoError(t, err)
-				vars = append(vars, "NATS_URL="+url, "NATS_ACK_WAIT=1s")
-			}
-			s := startBinary(t, failpointBinary(t), env(append(vars, "FAILPOINTS="+tc.point+"=1*exit")...))
-
-			// The first delivery's quota row, held by the test.
-			held := uuid.New()
-			_, err := db.Pool.Exec(ctx, `INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES ($1, 0, 0)`, held)
-			require.NoError(t, err)
-			hold, err := db.Pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = hold.Rollback(ctx) }()
-			_, err = hold.Exec(ctx, `SELECT 1 FROM billing_quota WHERE org_id = $1 FOR UPDATE`, held)
-			require.NoError(t, err)
-
-			type delivery struct{ id, org uuid.UUID }
-			all := []delivery{{uuid.Must(uuid.NewV7()), held}}
-			for range followers {
-				all = append(all, delivery{uuid.Must(uuid.NewV7()), uuid.New()})
-			}
-			body := func(d delivery) string {
-				return fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, d.id, d.org, uuid.New())
-			}
-			// send delivers d: over HTTP in the background (its status, 0 when the
-			// process died under it, arrives on the channel), or published.
-			answers := make([]chan int, len(all))
-			send := func(i int) {
-				d := all[i]
+	for _, dialect := range dbtest.Dialects {
+		for _, tc := range cases {
+			t.Run(string(dialect)+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				var db *dbtest.DB
+				if dialect == sqldb.SQLite {
+					db = dbtest.New(t, dialect, migrations.Billing)
+				} else {
+					pg := pgtest.Empty(t)
+					db = &dbtest.DB{URL: pg.URL, Pool: pg.Pool}
+				}
+				vars := []string{"DATABASE_URL=" + db.URL, "EVENTS_TOKEN=" + tok, "HTTP_ADDR=127.0.0.1:0", "AUTH_DISABLED=true",
+					// On SQLite the first delivery waits for the write lock the test
+					// holds: longer than the default busy timeout.
+					"DB_LOCK_TIMEOUT=30s", "DB_STATEMENT_TIMEOUT=30s"}
+				var js jetstream.JetStream
 				if tc.nats {
-					m := nats.NewMsg("labeling.events.RuleActivated")
-					m.Header.Set(nats.MsgIdHdr, d.id.String())
-					m.Data = []byte(body(d))
-					m.Header.Set(stream.SignatureHeader, stream.Sign([]byte(tok), m.Subject, d.id.String(), m.Data))
-					_, err := js.PublishMsg(ctx, m)
+					url := jetStream(t)
+					js = jsClient(t, url)
+					_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+						Name: "LABELING_EVENTS", Subjects: []string{"labeling.events.>"}, Storage: jetstream.FileStorage,
+					})
 					require.NoError(t, err)
-					return
+					vars = append(vars, "NATS_URL="+url, "NATS_ACK_WAIT=1s")
 				}
-				answers[i] = make(chan int, 1)
-				go func() {
-					code, err := postEvent(s.addr, tok, body(d))
-					if err != nil {
-						code = 0
-					}
-					answers[i] <- code
-				}()
-			}
+				s := startBinary(t, failpointBinary(t), env(append(vars, "FAILPOINTS="+tc.point+"=1*exit")...))
 
-			send(0)
-			require.Eventually(t, func() bool { return lockWaiters(t, db.URL) == 1 }, 20*time.Second, 5*time.Millisecond,
-				"the first delivery's transaction waits for the held row")
-			for i := 1; i < len(all); i++ {
-				send(i)
-			}
-			require.Eventually(t, func() bool { return metric(s.addr, "billing_apply_waiting", "") == followers }, 20*time.Second, 5*time.Millisecond,
-				"the others wait behind it, to form one group")
-			require.NoError(t, hold.Rollback(ctx))
-
-			state := s.Wait(t, 30*time.Second)
-			ws, ok := state.Sys().(syscall.WaitStatus)
-			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "want death by SIGKILL, got %v", state)
-			require.Contains(t, s.Stderr.String(), "failpoint "+tc.point+": exit")
-
-			receipts := func() map[uuid.UUID]bool {
-				rows, err := db.Pool.Query(ctx, `SELECT event_id FROM billing_receipts`)
-				require.NoError(t, err)
-				ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-				require.NoError(t, err)
-				got := map[uuid.UUID]bool{}
-				for _, id := range ids {
-					got[id] = true
+				// The first delivery's quota row, held by the test (on SQLite the
+				// write lock itself, which the test takes on its own connection).
+				held := uuid.New()
+				db.Exec(t, `INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES ($1, 0, 0)`, held)
+				var release func() error
+				if dialect == sqldb.SQLite {
+					hold, err := db.SQLite.Write.BeginTx(ctx, nil) // BEGIN IMMEDIATE
+					require.NoError(t, err)
+					release = hold.Rollback
+				} else {
+					hold, err := db.Pool.Begin(ctx)
+					require.NoError(t, err)
+					_, err = hold.Exec(ctx, `SELECT 1 FROM billing_quota WHERE org_id = $1 FOR UPDATE`, held)
+					require.NoError(t, err)
+					release = func() error { return hold.Rollback(ctx) }
 				}
-				return got
-			}
-			got := receipts()
-			require.True(t, got[all[0].id], "the first delivery committed alone, before the group")
-			for _, d := range all[1:] {
-				require.Equal(t, tc.committed, got[d.id], "the group committed together or not at all")
-			}
-			if !tc.nats {
-				for i, ch := range answers {
-					if code := <-ch; code == http.StatusNoContent {
-						require.True(t, got[all[i].id], "delivery %d was answered 204 only after its commit", i)
-					} else if i > 0 {
-						require.Zero(t, code, "delivery %d: the process died before answering", i)
-					}
-				}
-			}
+				defer func() { _ = release() }()
 
-			// Restarted without failpoints: over HTTP the sender retries every
-			// delivery (twice, to be sure a retry changes nothing); over NATS the
-			// unacked messages come back after NATS_ACK_WAIT.
-			r := startServer(t, env(vars...))
-			if tc.nats {
-				// The group's messages were never acked: each comes back and is
-				// applied now (killed before the commit) or found applied.
-				outcome := `outcome="applied"`
-				if tc.committed {
-					outcome = `outcome="already_applied"`
+				type delivery struct{ id, org uuid.UUID }
+				all := []delivery{{uuid.Must(uuid.NewV7()), held}}
+				for range followers {
+					all = append(all, delivery{uuid.Must(uuid.NewV7()), uuid.New()})
 				}
-				require.Eventually(t, func() bool {
-					return len(receipts()) == len(all) && metric(r.addr, "billing_events_total", outcome) >= followers
-				},
-					30*time.Second, 20*time.Millisecond, "every unacked message is redelivered and applied or found applied")
-			} else {
-				for range 2 {
-					for _, d := range all {
-						code, err := postEvent(r.addr, tok, body(d))
+				body := func(d delivery) string {
+					return fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, d.id, d.org, uuid.New())
+				}
+				// send delivers d: over HTTP in the background (its status, 0 when the
+				// process died under it, arrives on the channel), or published.
+				answers := make([]chan int, len(all))
+				send := func(i int) {
+					d := all[i]
+					if tc.nats {
+						m := nats.NewMsg("labeling.events.RuleActivated")
+						m.Header.Set(nats.MsgIdHdr, d.id.String())
+						m.Data = []byte(body(d))
+						m.Header.Set(stream.SignatureHeader, stream.Sign([]byte(tok), m.Subject, d.id.String(), m.Data))
+						_, err := js.PublishMsg(ctx, m)
 						require.NoError(t, err)
-						require.Equal(t, http.StatusNoContent, code)
+						return
+					}
+					answers[i] = make(chan int, 1)
+					go func() {
+						code, err := postEvent(s.addr, tok, body(d))
+						if err != nil {
+							code = 0
+						}
+						answers[i] <- code
+					}()
+				}
+
+				send(0)
+				if dialect == sqldb.SQLite {
+					// No lock view on SQLite: the first delivery's group (of one)
+					// is counted as its transaction starts, which then waits for
+					// the held lock.
+					require.Eventually(t, func() bool { return metric(s.addr, "billing_apply_group_size_count", "") == 1 }, 20*time.Second, 5*time.Millisecond,
+						"the first delivery's transaction waits for the held lock")
+					for i := 1; i < len(all); i++ {
+						send(i)
+					}
+				} else {
+					require.Eventually(t, func() bool { return lockWaiters(t, db.URL) == 1 }, 20*time.Second, 5*time.Millisecond,
+						"the first delivery's transaction waits for the held row")
+					for i := 1; i < len(all); i++ {
+						send(i)
 					}
 				}
-			}
-			require.Equal(t, 0, r.stop(t), r.Stderr.String())
+				require.Eventually(t, func() bool { return metric(s.addr, "billing_apply_waiting", "") == followers }, 20*time.Second, 5*time.Millisecond,
+					"the others wait behind it, to form one group")
+				require.NoError(t, release())
 
-			require.Len(t, receipts(), len(all))
-			for _, d := range all {
-				var n int64
-				require.NoError(t, db.Pool.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, d.org).Scan(&n))
-				require.EqualValues(t, 1, n, "event %s applied exactly once", d.id)
-			}
-		})
+				state := s.Wait(t, 30*time.Second)
+				ws, ok := state.Sys().(syscall.WaitStatus)
+				require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "want death by SIGKILL, got %v", state)
+				require.Contains(t, s.Stderr.String(), "failpoint "+tc.point+": exit")
+
+				receipts := func() map[uuid.UUID]bool {
+					rows := db.Query(t, `SELECT event_id FROM billing_receipts`)
+					got := map[uuid.UUID]bool{}
+					for rows.Next() {
+						var id uuid.UUID
+						require.NoError(t, rows.Scan(&id))
+						got[id] = true
+					}
+					require.NoError(t, rows.Err())
+					return got
+				}
+				got := receipts()
+				require.True(t, got[all[0].id], "the first delivery committed alone, before the group")
+				for _, d := range all[1:] {
+					require.Equal(t, tc.committed, got[d.id], "the group committed together or not at all")
+				}
+				if !tc.nats {
+					for i, ch := range answers {
+						if code := <-ch; code == http.StatusNoContent {
+							require.True(t, got[all[i].id], "delivery %d was answered 204 only after its commit", i)
+						} else if i > 0 {
+							require.Zero(t, code, "delivery %d: the process died before answering", i)
+						}
+					}
+				}
+
+				// Restarted without failpoints: over HTTP the sender retries every
+				// delivery (twice, to be sure a retry changes nothing); over NATS the
+				// unacked messages come back after NATS_ACK_WAIT.
+				r := startServer(t, env(vars...))
+				if tc.nats {
+					// The group's messages were never acked: each comes back and is
+					// applied now (killed before the commit) or found applied.
+					outcome := `outcome="applied"`
+					if tc.committed {
+						outcome = `outcome="already_applied"`
+					}
+					require.Eventually(t, func() bool {
+						return len(receipts()) == len(all) && metric(r.addr, "billing_events_total", outcome) >= followers
+					},
+						30*time.Second, 20*time.Millisecond, "every unacked message is redelivered and applied or found applied")
+				} else {
+					for range 2 {
+						for _, d := range all {
+							code, err := postEvent(r.addr, tok, body(d))
+							require.NoError(t, err)
+							require.Equal(t, http.StatusNoContent, code)
+						}
+					}
+				}
+				require.Equal(t, 0, r.stop(t), r.Stderr.String())
+
+				require.Len(t, receipts(), len(all))
+				for _, d := range all {
+					var n int64
+					require.NoError(t, db.QueryRow(`SELECT active_rules FROM billing_quota WHERE org_id = $1`, d.org).Scan(&n))
+					require.EqualValues(t, 1, n, "event %s applied exactly once", d.id)
+				}
+			})
+		}
 	}
 }
 

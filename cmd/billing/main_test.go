@@ -167,9 +167,9 @@ func TestBadStart(t *testing.T) {
 		oneLine(t, runCmd(t, env("DATABASE_URL=postgres://postgres@127.0.0.1:5432/x")), "EVENTS_TOKEN")
 	})
 
-	t.Run("a missing DATABASE_URL stops start-up with one line naming it", func(t *testing.T) {
+	t.Run("a sqlite: DATABASE_URL without a path stops start-up with one line naming it", func(t *testing.T) {
 		t.Parallel()
-		oneLine(t, runCmd(t, env("EVENTS_TOKEN=x"), "serve"), "DATABASE_URL")
+		oneLine(t, runCmd(t, env("EVENTS_TOKEN=x", "DATABASE_URL=sqlite:"), "serve"), "DATABASE_URL")
 	})
 
 	t.Run("a bad RECEIPTS_RETENTION stops start-up with one line naming it", func(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -17,7 +17,7 @@ import (
 // reads DATABASE_URL only, is bounded like labeling's by commandTimeout, and is
 // stopped by a signal.
 func migrate(lookup config.Lookup, stdout io.Writer) error {
-	cfg, err := config.LoadCommand(lookup)
+	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
 		return err
 	}
@@ -25,5 +25,7 @@ func migrate(lookup config.Lookup, stdout io.Writer) error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing"))
+	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing")
+	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, logger)
 }

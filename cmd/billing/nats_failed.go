@@ -7,28 +7,27 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
 )
 
 // natsFailed is `billing nats failed`: it prints billing_nats_failed, one message
 // a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at
 // (RFC 3339), reason. DATABASE_URL only, like every operator command.
 func natsFailed(lookup config.Lookup, stdout io.Writer) error {
-	cfg, err := config.LoadCommand(lookup)
+	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	db, err := database.Open(ctx, cfg.DatabaseURL, database.Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	defer pool.Close()
-	rows, err := billing.ListNATSFailed(ctx, pool)
+	defer db.Close()
+	rows, err := billing.ListNATSFailed(ctx, db)
 	if err != nil {
 		return err
 	}

@@ -2,16 +2,17 @@ package main
 
 import (
 	"io"
+	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
@@ -36,10 +37,12 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 // cleanup, the quota API behind authentication and the event intake, the
 // JetStream consumer when configured, and tracing when OTEL_* asks for it.
 func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
+	logger := service.Logger("billing")
+	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
 	return service.Run(
 		fx.Supply(
-			service.Logger("billing"),
-			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: postgres.Bounds{
+			logger,
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: database.Bounds{
 				StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
 			}},
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
@@ -50,9 +53,9 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
-		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
+		fx.Provide(func(db sqldb.DB) web.Pinger { return db }),
 		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("postgres-stop", service.PoolStopTimeout, postgres.Module),
+		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
 		web.Module,
 		auth.Module,
 		// Stops after the HTTP server has drained, within its own share.
@@ -61,4 +64,12 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 		// Stops after the HTTP server has drained, within its own share.
 		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
 	)
+}
+
+// logDefaultDatabase says, at start, that DATABASE_URL was unset and which
+// SQLite file is used instead.
+func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
+	if defaulted {
+		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
+	}
 }

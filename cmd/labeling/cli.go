@@ -59,7 +59,7 @@ var commands = map[string]parser{
 
 // outboxCommands are the dead-letter commands, `labeling outbox NAME`.
 var outboxCommands = map[string]parser{
-	"failed":  noArgs("outbox failed", withPool(outboxFailed)),
+	"failed":  noArgs("outbox failed", withStore(outboxFailed)),
 	"requeue": parseRequeue,
 	"delete":  parseDelete,
 }
@@ -129,7 +129,7 @@ func group(name, list string, subcommands map[string]parser) parser {
 // commandTimeout, stopped early by SIGINT or SIGTERM.
 func operator(fn func(ctx context.Context, cfg config.Command, stdout io.Writer) error) action {
 	return func(lookup config.Lookup, stdout io.Writer) error {
-		cfg, err := config.LoadCommand(lookup)
+		cfg, err := config.LoadCommand(lookup, config.DefaultLabelingDatabase)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -82,8 +84,8 @@ func TestUsage(t *testing.T) {
 			variable, command string
 			vars              map[string]string
 		}{
-			{"DATABASE_URL", "migrate", map[string]string{"EVENTS_TOKEN": "t"}},
-			{"DATABASE_URL", "outbox failed", map[string]string{}},
+			{"DATABASE_URL", "migrate", map[string]string{"EVENTS_TOKEN": "t", "DATABASE_URL": "sqlite:"}},
+			{"DATABASE_URL", "outbox failed", map[string]string{"DATABASE_URL": "mysql://nope"}},
 			{"DB_LOCK_TIMEOUT", "outbox failed", map[string]string{"DATABASE_URL": "postgres://h/db", "DB_LOCK_TIMEOUT": "2"}},
 			{"EVENTS_TOKEN", "serve", map[string]string{"DATABASE_URL": "postgres://h/db"}},
 			{"OUTBOX_POLL_INTERVAL", "serve", map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "OUTBOX_POLL_INTERVAL": "often"}},
@@ -120,103 +122,102 @@ func TestMigrate(t *testing.T) {
 // outboxFixture holds one row in each state.
 type outboxFixture struct {
 	vars                       map[string]string
-	db                         *pgtest.DB
+	db                         *dbtest.DB
 	failed, pending, processed uuid.UUID
 }
 
-func setupOutbox(t *testing.T) *outboxFixture {
+func setupOutbox(t *testing.T, d sqldb.Dialect) *outboxFixture {
 	t.Helper()
-	db := pgtest.New(t, migrations.Labeling)
+	db := dbtest.New(t, d, migrations.Labeling)
 	f := &outboxFixture{
 		// No EVENTS_TOKEN: the operator commands never deliver.
 		vars: map[string]string{"DATABASE_URL": db.URL},
 		db:   db, failed: uuid.New(), pending: uuid.New(), processed: uuid.New(),
 	}
-	_, err := db.Pool.Exec(context.Background(), `
+	db.Exec(t, `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at, failed_at, last_error)
-		VALUES ($1, 'RuleActivated', '{}', 1000, 1000, 10, NULL, 1709251199007, E'billing said 400:\n\tbad\\payload'),
+		VALUES ($1, 'RuleActivated', '{}', 1000, 1000, 10, NULL, 1709251199007, $4),
 		       ($2, 'RuleActivated', '{}', 1000, 1000, 0, NULL, NULL, NULL),
 		       ($3, 'RuleDeactivated', '{}', 1000, 1000, 1, 2000, NULL, NULL)`,
-		f.failed, f.pending, f.processed)
-	require.NoError(t, err)
+		f.failed, f.pending, f.processed, "billing said 400:\n\tbad\\payload")
 	return f
 }
 
 func (f *outboxFixture) exists(t *testing.T, id uuid.UUID) bool {
-	var n int
-	require.NoError(t, f.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE id = $1`, id).Scan(&n))
-	return n == 1
+	return f.db.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1`, id) == 1
 }
 
 func TestOutboxCommands(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-	t.Run("failed prints each dead-lettered row on one tab-separated line", func(t *testing.T) {
-		t.Parallel()
-		f := setupOutbox(t)
+		t.Run("failed prints each dead-lettered row on one tab-separated line", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
 
-		code, stdout, stderr := runCLI(f.vars, "outbox", "failed")
+			code, stdout, stderr := runCLI(f.vars, "outbox", "failed")
 
-		require.Equal(t, exitOK, code, stderr)
-		require.Equal(t, f.failed.String()+"\tRuleActivated\t10\t2024-02-29T23:59:59.007Z\tbilling said 400:\\n\\tbad\\\\payload\n", stdout)
-	})
+			require.Equal(t, exitOK, code, stderr)
+			require.Equal(t, f.failed.String()+"\tRuleActivated\t10\t2024-02-29T23:59:59.007Z\tbilling said 400:\\n\\tbad\\\\payload\n", stdout)
+		})
 
-	t.Run("requeue makes the named failed rows pending with attempts reset", func(t *testing.T) {
-		t.Parallel()
-		f := setupOutbox(t)
+		t.Run("requeue makes the named failed rows pending with attempts reset", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
 
-		code, stdout, stderr := runCLI(f.vars, "outbox", "requeue", f.failed.String())
+			code, stdout, stderr := runCLI(f.vars, "outbox", "requeue", f.failed.String())
 
-		require.Equal(t, exitOK, code, stderr)
-		require.Equal(t, "requeued 1 of 1 rows\n", stdout)
-		var attempts int
-		var failedAt *int64
-		var availableAt int64
-		require.NoError(t, f.db.Pool.QueryRow(context.Background(),
-			`SELECT attempts, failed_at, available_at FROM outbox_events WHERE id = $1`, f.failed).Scan(&attempts, &failedAt, &availableAt))
-		require.Zero(t, attempts)
-		require.Nil(t, failedAt)
-		code, stdout, _ = runCLI(f.vars, "outbox", "failed")
-		require.Equal(t, exitOK, code)
-		require.Empty(t, stdout)
-	})
+			require.Equal(t, exitOK, code, stderr)
+			require.Equal(t, "requeued 1 of 1 rows\n", stdout)
+			var attempts int
+			var failedAt *int64
+			var availableAt int64
+			require.NoError(t, f.db.QueryRow(
+				`SELECT attempts, failed_at, available_at FROM outbox_events WHERE id = $1`, f.failed).Scan(&attempts, &failedAt, &availableAt))
+			require.Zero(t, attempts)
+			require.Nil(t, failedAt)
+			code, stdout, _ = runCLI(f.vars, "outbox", "failed")
+			require.Equal(t, exitOK, code)
+			require.Empty(t, stdout)
+		})
 
-	t.Run("requeue --all-failed requeues every failed row", func(t *testing.T) {
-		t.Parallel()
-		f := setupOutbox(t)
+		t.Run("requeue --all-failed requeues every failed row", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
 
-		code, stdout, stderr := runCLI(f.vars, "outbox", "requeue", "--all-failed")
+			code, stdout, stderr := runCLI(f.vars, "outbox", "requeue", "--all-failed")
 
-		require.Equal(t, exitOK, code, stderr)
-		require.Equal(t, "requeued 1 rows\n", stdout)
-		code, stdout, _ = runCLI(f.vars, "outbox", "failed")
-		require.Equal(t, exitOK, code)
-		require.Empty(t, stdout)
-	})
+			require.Equal(t, exitOK, code, stderr)
+			require.Equal(t, "requeued 1 rows\n", stdout)
+			code, stdout, _ = runCLI(f.vars, "outbox", "failed")
+			require.Equal(t, exitOK, code)
+			require.Empty(t, stdout)
+		})
 
-	t.Run("delete removes failed and processed rows", func(t *testing.T) {
-		t.Parallel()
-		f := setupOutbox(t)
+		t.Run("delete removes failed and processed rows", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
 
-		code, stdout, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.processed.String())
+			code, stdout, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.processed.String())
 
-		require.Equal(t, exitOK, code, stderr)
-		require.Equal(t, "deleted 2 of 2 rows\n", stdout)
-		require.False(t, f.exists(t, f.failed))
-		require.False(t, f.exists(t, f.processed))
-		require.True(t, f.exists(t, f.pending))
-	})
+			require.Equal(t, exitOK, code, stderr)
+			require.Equal(t, "deleted 2 of 2 rows\n", stdout)
+			require.False(t, f.exists(t, f.failed))
+			require.False(t, f.exists(t, f.processed))
+			require.True(t, f.exists(t, f.pending))
+		})
 
-	t.Run("delete refuses a pending row and deletes nothing", func(t *testing.T) {
-		t.Parallel()
-		f := setupOutbox(t)
+		t.Run("delete refuses a pending row and deletes nothing", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
 
-		code, _, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.pending.String())
+			code, _, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.pending.String())
 
-		require.Equal(t, exitFail, code)
-		require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
-		require.Contains(t, stderr, "pending")
-		require.True(t, f.exists(t, f.failed))
-		require.True(t, f.exists(t, f.pending))
+			require.Equal(t, exitFail, code)
+			require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
+			require.Contains(t, stderr, "pending")
+			require.True(t, f.exists(t, f.failed))
+			require.True(t, f.exists(t, f.pending))
+		})
 	})
 }

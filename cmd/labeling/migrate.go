@@ -6,7 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -14,5 +14,6 @@ import (
 func migrate(ctx context.Context, cfg config.Command, stdout io.Writer) error {
 	// Logged like serve's migrations, to this command's stdout.
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
-	return postgres.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
+	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
 }

@@ -8,24 +8,25 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/outbox"
 )
 
-// What the dead-letter commands (outbox_*.go) share: the pool they run on, the
-// row ids they take, and how they print a row.
+// What the dead-letter commands (outbox_*.go) share: the outbox store they run
+// on, the row ids they take, and how they print a row.
 
-// withPool runs fn as an operator command with a pool on DATABASE_URL.
-func withPool(fn func(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error) action {
+// withStore runs fn as an operator command with the outbox store of
+// DATABASE_URL's database (either dialect).
+func withStore(fn func(ctx context.Context, store outbox.Store, stdout io.Writer) error) action {
 	return operator(func(ctx context.Context, cfg config.Command, stdout io.Writer) error {
-		pool, err := postgres.OpenBounded(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
+		db, err := database.Open(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
 		if err != nil {
 			return fmt.Errorf("DATABASE_URL: %w", err)
 		}
-		defer pool.Close()
-		return fn(ctx, pool, stdout)
+		defer db.Close()
+		return fn(ctx, outbox.NewStore(db), stdout)
 	})
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -17,8 +15,8 @@ func parseDelete(args []string) (action, error) {
 	if err != nil {
 		return nil, err
 	}
-	return withPool(func(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
-		n, err := outbox.Delete(ctx, pool, ids)
+	return withStore(func(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+		n, err := outbox.Delete(ctx, store, ids)
 		if err != nil {
 			return err
 		}

@@ -5,15 +5,13 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
 // outboxFailed is `labeling outbox failed`: one dead-lettered row a line,
 // tab-separated: id, event_tag, attempts, failed_at, last_error.
-func outboxFailed(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
-	rows, err := outbox.Failed(ctx, pool)
+func outboxFailed(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+	rows, err := outbox.Failed(ctx, store)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -14,14 +12,14 @@ import (
 // stands alone).
 func parseRequeue(args []string) (action, error) {
 	if len(args) == 1 && args[0] == "--all-failed" {
-		return withPool(requeueAllFailed), nil
+		return withStore(requeueAllFailed), nil
 	}
 	ids, err := parseIDs("requeue", args)
 	if err != nil {
 		return nil, err
 	}
-	return withPool(func(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
-		n, err := outbox.Requeue(ctx, pool, ids)
+	return withStore(func(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+		n, err := outbox.Requeue(ctx, store, ids)
 		if err != nil {
 			return err
 		}
@@ -32,8 +30,8 @@ func parseRequeue(args []string) (action, error) {
 }
 
 // requeueAllFailed makes every failed row pending again.
-func requeueAllFailed(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
-	n, err := outbox.RequeueAllFailed(ctx, pool)
+func requeueAllFailed(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+	n, err := outbox.RequeueAllFailed(ctx, store)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/migrations"
@@ -45,50 +48,85 @@ func baseEnv(databaseURL string) map[string]string {
 func TestServeProcess(t *testing.T) {
 	t.Parallel()
 
-	t.Run("starts, serves the API and readiness, and exits 0 on SIGTERM", func(t *testing.T) {
-		t.Parallel()
-		db := pgtest.New(t, migrations.Labeling)
-		bin := binary(t, "")
-		p := proctest.Start(t, bin, baseEnv(db.URL), "serve")
-		base := "http://" + p.ListenAddr(t)
-		client := &http.Client{Timeout: 5 * time.Second}
-		status := func(method, path, body string) int {
-			req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		t.Run("starts, serves the API and readiness, and exits 0 on SIGTERM", func(t *testing.T) {
+			t.Parallel()
+			// On SQLite, a file the process creates and migrates itself.
+			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "labeling.db")
+			if d == sqldb.Postgres {
+				dbURL = pgtest.New(t, migrations.Labeling).URL
+			}
+			db := struct{ URL string }{dbURL}
+			bin := binary(t, "")
+			p := proctest.Start(t, bin, baseEnv(db.URL), "serve")
+			base := "http://" + p.ListenAddr(t)
+			client := &http.Client{Timeout: 5 * time.Second}
+			status := func(method, path, body string) int {
+				req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+				require.NoError(t, err)
+				resp, err := client.Do(req)
+				if err != nil {
+					return 0
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			require.Eventually(t, func() bool { return status(http.MethodGet, "/readyz", "") == http.StatusOK },
+				30*time.Second, 20*time.Millisecond)
+			require.Equal(t, http.StatusOK, status(http.MethodGet, "/healthz", ""))
+			healthEnv := baseEnv(db.URL)
+			healthEnv["HTTP_ADDR"] = strings.TrimPrefix(base, "http://")
+			require.Equal(t, exitOK, proctest.Start(t, bin, healthEnv, "healthcheck").Wait(t, 30*time.Second).ExitCode())
+
+			org, id := uuid.NewString(), uuid.NewString()
+			body := fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)
+			require.Equal(t, http.StatusCreated, status(http.MethodPost, "/v1/orgs/"+org+"/rules", body))
+			require.Equal(t, http.StatusOK, status(http.MethodPost, "/v1/orgs/"+org+"/rules/"+id+"/activate", ""))
+
+			resp, err := client.Get(base + "/metrics")
 			require.NoError(t, err)
-			resp, err := client.Do(req)
+			var metrics bytes.Buffer
+			_, _ = metrics.ReadFrom(resp.Body)
+			resp.Body.Close()
+			require.Contains(t, metrics.String(), `http_requests_total{code="201",method="POST",route="/v1/orgs/:orgId/rules"} 1`)
+			require.Contains(t, metrics.String(), `outbox_events_appended_total{tag="RuleActivated"} 1`)
+			require.Contains(t, metrics.String(), "outbox_oldest_pending_age_seconds", "the backlog gauges are served")
+			require.Contains(t, metrics.String(), "outbox_failed_rows 0")
+
+			p.Signal(t, syscall.SIGTERM)
+			require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())
+			p.LogLines(t) // every line is JSON
+			require.Equal(t, exitFail, proctest.Start(t, bin, healthEnv, "healthcheck").Wait(t, 30*time.Second).ExitCode(),
+				"healthcheck fails once the server is gone")
+		})
+	})
+
+	t.Run("with no DATABASE_URL it uses data/labeling.db under the working directory and says so", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		env := baseEnv("")
+		delete(env, "DATABASE_URL")
+		p := proctest.StartIn(t, dir, binary(t, ""), env, "serve")
+		base := "http://" + p.ListenAddr(t)
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(base + "/readyz")
 			if err != nil {
-				return 0
+				return false
 			}
 			resp.Body.Close()
-			return resp.StatusCode
-		}
-		require.Eventually(t, func() bool { return status(http.MethodGet, "/readyz", "") == http.StatusOK },
-			30*time.Second, 20*time.Millisecond)
-		require.Equal(t, http.StatusOK, status(http.MethodGet, "/healthz", ""))
-		healthEnv := baseEnv(db.URL)
-		healthEnv["HTTP_ADDR"] = strings.TrimPrefix(base, "http://")
-		require.Equal(t, exitOK, proctest.Start(t, bin, healthEnv, "healthcheck").Wait(t, 30*time.Second).ExitCode())
-
-		org, id := uuid.NewString(), uuid.NewString()
-		body := fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)
-		require.Equal(t, http.StatusCreated, status(http.MethodPost, "/v1/orgs/"+org+"/rules", body))
-		require.Equal(t, http.StatusOK, status(http.MethodPost, "/v1/orgs/"+org+"/rules/"+id+"/activate", ""))
-
-		resp, err := client.Get(base + "/metrics")
-		require.NoError(t, err)
-		var metrics bytes.Buffer
-		_, _ = metrics.ReadFrom(resp.Body)
-		resp.Body.Close()
-		require.Contains(t, metrics.String(), `http_requests_total{code="201",method="POST",route="/v1/orgs/:orgId/rules"} 1`)
-		require.Contains(t, metrics.String(), `outbox_events_appended_total{tag="RuleActivated"} 1`)
-		require.Contains(t, metrics.String(), "outbox_oldest_pending_age_seconds", "the backlog gauges are served")
-		require.Contains(t, metrics.String(), "outbox_failed_rows 0")
-
+			return resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 20*time.Millisecond)
+		_, err := os.Stat(filepath.Join(dir, "data", "labeling.db"))
+		require.NoError(t, err, "the file and its folder are created")
 		p.Signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())
-		p.LogLines(t) // every line is JSON
-		require.Equal(t, exitFail, proctest.Start(t, bin, healthEnv, "healthcheck").Wait(t, 30*time.Second).ExitCode(),
-			"healthcheck fails once the server is gone")
+		said := false
+		for _, line := range p.LogLines(t) {
+			if msg, _ := line["msg"].(string); strings.Contains(msg, "DATABASE_URL is unset") && line["database_url"] == "sqlite:data/labeling.db" {
+				said = true
+			}
+		}
+		require.True(t, said, "a log line says which file is used")
 	})
 
 	t.Run("a bad OUTBOX_LEASE stops start-up with a line naming it", func(t *testing.T) {
@@ -120,35 +158,37 @@ func TestServeProcess(t *testing.T) {
 
 func TestActivateAfterCommitCrash(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, migrations.Labeling)
-	env := baseEnv(db.URL)
-	env["FAILPOINTS"] = "labeling.activate.after-commit=exit"
-	p := proctest.Start(t, binary(t, "failpoints"), env)
-	base := "http://" + p.ListenAddr(t)
-	org, id := uuid.NewString(), uuid.NewString()
-	resp, err := http.Post(base+"/v1/orgs/"+org+"/rules", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
-
-	resp, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
-	if err == nil {
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := dbtest.New(t, d, migrations.Labeling)
+		env := baseEnv(db.URL)
+		env["FAILPOINTS"] = "labeling.activate.after-commit=exit"
+		p := proctest.Start(t, binary(t, "failpoints"), env)
+		base := "http://" + p.ListenAddr(t)
+		org, id := uuid.NewString(), uuid.NewString()
+		resp, err := http.Post(base+"/v1/orgs/"+org+"/rules", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
+		require.NoError(t, err)
 		resp.Body.Close()
-	}
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-	require.Error(t, err, "the process dies before it answers")
-	state := p.Wait(t, 30*time.Second)
-	ws := state.Sys().(syscall.WaitStatus)
-	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by the failpoint: %s", state)
-	require.Contains(t, p.Stderr.String(), "failpoint labeling.activate.after-commit: exit")
-	var active bool
-	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active))
-	require.True(t, active, "the activation was committed before the crash")
-	var events int
-	require.NoError(t, db.Pool.QueryRow(t.Context(),
-		`SELECT count(*) FROM outbox_events WHERE event_tag = 'RuleActivated' AND payload->>'ruleId' = $1`, id).Scan(&events))
-	require.Equal(t, 1, events, "its event was committed with it")
+		resp, err = http.Post(base+"/v1/orgs/"+org+"/rules/"+id+"/activate", "application/json", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+
+		require.Error(t, err, "the process dies before it answers")
+		state := p.Wait(t, 30*time.Second)
+		ws := state.Sys().(syscall.WaitStatus)
+		require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by the failpoint: %s", state)
+		require.Contains(t, p.Stderr.String(), "failpoint labeling.activate.after-commit: exit")
+		var active bool
+		require.NoError(t, db.QueryRow(`SELECT active FROM labeling_rules WHERE id = $1`, id).Scan(&active))
+		require.True(t, active, "the activation was committed before the crash")
+		var events int
+		require.NoError(t, db.QueryRow(
+			`SELECT count(*) FROM outbox_events WHERE event_tag = 'RuleActivated' AND payload->>'ruleId' = $1`, id).Scan(&events))
+		require.Equal(t, 1, events, "its event was committed with it")
+	})
 }
 
 func TestFailpointsOnlyInTaggedBuilds(t *testing.T) {

@@ -4,16 +4,16 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
@@ -33,7 +33,9 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, service.Logger("labeling")))
+	logger := service.Logger("labeling")
+	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger))
 }
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
@@ -42,7 +44,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 	return fx.Options(
 		fx.Supply(
 			logger,
-			postgres.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			outbox.Config{
 				PollInterval:       cfg.PollInterval,
@@ -63,9 +65,13 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		transport(cfg, logger),
-		fx.Provide(func(p *pgxpool.Pool) web.Pinger { return p }),
+		fx.Provide(
+			func(db sqldb.DB) web.Pinger { return db },
+			// The stores of the database's dialect, chosen once.
+			outbox.NewStore,
+		),
 		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("postgres-stop", service.PoolStopTimeout, postgres.Module),
+		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
 		web.Module,
 		auth.Module,
 		// Each background component stops within its own share of the budget,
@@ -128,7 +134,15 @@ func subscribers(billing *delivery.Client) []outbox.Subscriber {
 	}
 }
 
-// dbBounds are the pool's bounds from the configuration.
-func dbBounds(b config.Bounds) postgres.Bounds {
-	return postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
+// dbBounds are the database's bounds from the configuration.
+func dbBounds(b config.Bounds) database.Bounds {
+	return database.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
+}
+
+// logDefaultDatabase says, at start, that DATABASE_URL was unset and which
+// SQLite file is used instead.
+func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
+	if defaulted {
+		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
+	}
 }

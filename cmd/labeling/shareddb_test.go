@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,8 +19,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // Both services on one database (contract section 2: a version table each):
@@ -129,4 +133,37 @@ func TestBothServicesShareOneDatabase(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplicasStartTogetherOnOneSQLiteFile: three serve processes started at
+// once on one new SQLite file all migrate (one after another, under the file
+// lock) and become ready, and each migration is recorded once.
+func TestReplicasStartTogetherOnOneSQLiteFile(t *testing.T) {
+	t.Parallel()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "shared", "labeling.db")
+	bin := binary(t, "")
+	var procs []*proctest.Process
+	for range 3 {
+		procs = append(procs, proctest.Start(t, bin, baseEnv(url), "serve"))
+	}
+	for _, p := range procs {
+		base := "http://" + p.ListenAddr(t)
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(base + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 20*time.Millisecond, "every replica migrated and serves")
+	}
+	for _, p := range procs {
+		p.Signal(t, syscall.SIGTERM)
+		require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())
+	}
+	db := dbtest.OpenSQLite(t, url)
+	files, err := fs.Glob(migrations.Labeling.SQLite, "*.sql")
+	require.NoError(t, err)
+	require.Equal(t, len(files), db.Count(t, `SELECT count(*) FROM labeling_goose_db_version WHERE version_id > 0`),
+		"each migration applied and recorded once")
 }

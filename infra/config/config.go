@@ -20,9 +20,12 @@ type Lookup func(name string) (string, bool)
 // Labeling is the configuration of the labeling service.
 type Labeling struct {
 	DatabaseURL string
-	HTTPAddr    string
-	EventsToken string
-	BillingURL  string
+	// DatabaseDefaulted: DATABASE_URL was unset (DatabaseURL is the default
+	// SQLite file), for the start-up's log line.
+	DatabaseDefaulted bool
+	HTTPAddr          string
+	EventsToken       string
+	BillingURL        string
 
 	PollInterval       time.Duration
 	ClaimSize          int
@@ -59,6 +62,7 @@ const (
 // Billing is the configuration of the billing service.
 type Billing struct {
 	DatabaseURL       string
+	DatabaseDefaulted bool // DATABASE_URL was unset, DatabaseURL is the default SQLite file
 	HTTPAddr          string
 	EventsToken       string
 	ReceiptsRetention time.Duration
@@ -95,6 +99,9 @@ type Bounds struct {
 // secret, since such a command never delivers.
 type Command struct {
 	DatabaseURL string
+	// DatabaseDefaulted is true when DATABASE_URL was unset and DatabaseURL is
+	// the service's default SQLite file.
+	DatabaseDefaulted bool
 	Bounds
 }
 
@@ -125,9 +132,10 @@ var (
 	// AuthVars names the variables LoadAuth reads; both services read them, and
 	// only serve does (the operator commands need none of them).
 	AuthVars = []string{"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED"}
-	// Required names the variables that have no default (serve needs both; the
-	// operator commands only DATABASE_URL, healthcheck neither).
-	Required = []string{"DATABASE_URL", "EVENTS_TOKEN"}
+	// Required names the variables that have no default (serve needs it; the
+	// operator commands and healthcheck never read it). DATABASE_URL defaults
+	// to a SQLite file (Default*Database).
+	Required = []string{"EVENTS_TOKEN"}
 )
 
 // Defaults and upper bounds. An upper bound keeps an absurd value (a typo, an extra
@@ -192,7 +200,6 @@ const MinLease = time.Second
 func LoadLabeling(lookup Lookup) (Labeling, error) {
 	r := reader{lookup: lookup}
 	c := Labeling{
-		DatabaseURL:        r.databaseURL(),
 		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
 		EventsToken:        r.required("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
@@ -216,6 +223,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		NATSCreds:           r.file("NATS_CREDS"),
 		NATSConsumers:       r.names("NATS_CONSUMERS", "billing"),
 	}
+	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultLabelingDatabase)
 	if r.err == nil && c.EventsTransport == TransportNATS && c.NATSURL == "" {
 		r.fail("NATS_URL", "required with EVENTS_TRANSPORT=nats")
 	}
@@ -240,11 +248,13 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 	return c, r.err
 }
 
-// LoadCommand reads what an operator command needs: DATABASE_URL and the database
-// bounds, never EVENTS_TOKEN.
-func LoadCommand(lookup Lookup) (Command, error) {
+// LoadCommand reads what an operator command needs: DATABASE_URL (def when
+// unset: the service's Default*Database) and the database bounds, never
+// EVENTS_TOKEN.
+func LoadCommand(lookup Lookup, def string) (Command, error) {
 	r := reader{lookup: lookup}
-	c := Command{DatabaseURL: r.databaseURL(), Bounds: r.bounds()}
+	c := Command{Bounds: r.bounds()}
+	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(def)
 	return c, r.err
 }
 
@@ -266,7 +276,6 @@ func (r *reader) bounds() Bounds {
 func LoadBilling(lookup Lookup) (Billing, error) {
 	r := reader{lookup: lookup}
 	c := Billing{
-		DatabaseURL:       r.databaseURL(),
 		HTTPAddr:          r.str("HTTP_ADDR", ":8081"),
 		EventsToken:       r.required("EVENTS_TOKEN"),
 		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
@@ -278,6 +287,7 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		NATSCreds:         r.file("NATS_CREDS"),
 		NATSMaxDeliveries: r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
 	}
+	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
 	return c, r.err
 }
 
@@ -345,16 +355,31 @@ func (r *reader) required(name string) string {
 	return v
 }
 
-func (r *reader) databaseURL() string {
-	v := r.required("DATABASE_URL")
+// The DATABASE_URL of each service when it is unset: a SQLite file under the
+// working directory (contract section 9).
+const (
+	DefaultLabelingDatabase = "sqlite:data/labeling.db"
+	DefaultBillingDatabase  = "sqlite:data/billing.db"
+)
+
+// databaseURL reads DATABASE_URL, def when unset (defaulted then reports
+// true, for the start-up's log line): sqlite:PATH or a PostgreSQL URL.
+func (r *reader) databaseURL(def string) (v string, defaulted bool) {
+	v = r.str("DATABASE_URL", "")
 	if v == "" {
-		return v
+		return def, true
+	}
+	if strings.HasPrefix(v, "sqlite:") {
+		if path := strings.TrimPrefix(strings.TrimPrefix(v, "sqlite:"), "//"); path == "" {
+			r.fail("DATABASE_URL", "sqlite: needs a file path (sqlite:data/labeling.db, sqlite:/var/lib/outboxpair/labeling.db)")
+		}
+		return v, false
 	}
 	if _, err := pgxpool.ParseConfig(v); err != nil {
 		// The parse error may echo the password: name the variable only.
-		r.fail("DATABASE_URL", "not a valid PostgreSQL connection string")
+		r.fail("DATABASE_URL", "neither sqlite:PATH nor a valid PostgreSQL connection string")
 	}
-	return v
+	return v, false
 }
 
 func (r *reader) httpURL(name, def string) string {

@@ -98,7 +98,7 @@ func TestLoadLabeling(t *testing.T) {
 	bad := []struct {
 		name, variable, value string
 	}{
-		{"missing database url", "DATABASE_URL", ""},
+		{"sqlite url without a path", "DATABASE_URL", "sqlite:"},
 		{"malformed database url", "DATABASE_URL", "postgres://%zz"},
 		{"missing token", "EVENTS_TOKEN", ""},
 		{"billing url without scheme", "BILLING_URL", "billing:8081"},
@@ -191,11 +191,31 @@ func TestLoadLabeling(t *testing.T) {
 
 	t.Run("an operator command needs no EVENTS_TOKEN", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "postgres://h/db"}))
+		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "postgres://h/db"}), config.DefaultLabelingDatabase)
 		require.NoError(t, err)
 		require.Equal(t, "postgres://h/db", c.DatabaseURL)
-		_, err = config.LoadCommand(env(map[string]string{}))
+		require.False(t, c.DatabaseDefaulted)
+	})
+
+	t.Run("an unset DATABASE_URL is the service's SQLite file", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadCommand(env(map[string]string{}), config.DefaultBillingDatabase)
+		require.NoError(t, err)
+		require.Equal(t, "sqlite:data/billing.db", c.DatabaseURL)
+		require.True(t, c.DatabaseDefaulted)
+		l, err := config.LoadLabeling(env(map[string]string{"EVENTS_TOKEN": "t"}))
+		require.NoError(t, err)
+		require.Equal(t, "sqlite:data/labeling.db", l.DatabaseURL)
+		require.True(t, l.DatabaseDefaulted)
+	})
+
+	t.Run("sqlite: without a path is refused, naming DATABASE_URL", func(t *testing.T) {
+		t.Parallel()
+		_, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "sqlite:"}), config.DefaultLabelingDatabase)
 		require.ErrorContains(t, err, "DATABASE_URL")
+		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "sqlite:/var/lib/outboxpair/labeling.db"}), config.DefaultLabelingDatabase)
+		require.NoError(t, err)
+		require.Equal(t, "sqlite:/var/lib/outboxpair/labeling.db", c.DatabaseURL)
 	})
 
 	t.Run("database url errors never echo the password", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
@@ -32,7 +33,7 @@ func billingServer(t *testing.T, down *atomic.Bool) (*billing.Service, *pgtest.D
 	t.Helper()
 	db := pgtest.New(t, migrations.Billing)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := billing.NewService(db.Pool, logger)
+	svc := billing.NewService(postgres.NewDB(db.Pool), logger)
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, db.Pool)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -35,7 +36,7 @@ func setupPair(t *testing.T) pair {
 	p.bil = bil
 
 	client := newClient(t, delivery.Config{BaseURL: url, Token: token, Timeout: 2 * time.Second, MaxIdleConns: 4})
-	relay, err := outbox.NewRelay(p.lab.Pool, outbox.Config{
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(p.lab.Pool), outbox.Config{
 		PollInterval:       20 * time.Millisecond,
 		ClaimSize:          4,
 		HandlerTimeout:     2 * time.Second,
@@ -55,7 +56,7 @@ func setupPair(t *testing.T) pair {
 		defer cancel()
 		require.NoError(t, relay.Stop(ctx))
 	})
-	p.rules = labeling.NewService(p.lab.Pool, labeling.NewStore(), relay)
+	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), labeling.NewStore(postgres.NewDB(p.lab.Pool)), outbox.NewPostgresStore(p.lab.Pool), relay)
 	return p
 }
 

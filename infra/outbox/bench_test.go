@@ -27,7 +27,7 @@ func BenchmarkAppend(b *testing.B) {
 		start := time.Now()
 		for b.Loop() {
 			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				_, err := outbox.Append(ctx, tx, thing{N: 1})
+				_, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1})
 				return err
 			})
 			if err != nil {
@@ -44,7 +44,7 @@ func BenchmarkAppend(b *testing.B) {
 		defer tx.Rollback(ctx) //nolint:errcheck
 		start := time.Now()
 		for b.Loop() {
-			if _, err := outbox.Append(ctx, tx, thing{N: 1}); err != nil {
+			if _, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -80,7 +80,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 				cfg.ClaimSize, cfg.PollInterval, cfg.HandlerTimeout = bc.claim, 5*time.Millisecond, time.Second
 				relays := make([]*outbox.Relay, bc.relays)
 				for i := range relays {
-					r, err := outbox.NewRelay(relayPool, cfg, []outbox.Subscriber{handle(ok)}, nil)
+					r, err := outbox.NewRelay(outbox.NewPostgresStore(relayPool), cfg, []outbox.Subscriber{handle(ok)}, nil)
 					require.NoError(b, err)
 					relays[i] = r
 				}
@@ -178,7 +178,7 @@ func BenchmarkCrossReplicaWakeup(b *testing.B) {
 			for b.Loop() {
 				tx, err := db.Pool.Begin(ctx)
 				require.NoError(b, err)
-				id, err := outbox.Append(ctx, tx, thing{N: 1})
+				id, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1})
 				require.NoError(b, err)
 				require.NoError(b, tx.Commit(ctx))
 				committed := time.Now()

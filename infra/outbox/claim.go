@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,64 +20,6 @@ const (
 	// whose host's clock lags by up to this much) still commits above the floor.
 	floorSlack = 2 * time.Second
 )
-
-// claimSQL is the claim statement of a relay whose ClaimSize is claimSize:
-// it claims up to $4 rows (at most claimSize) in one statement. The inner
-// select reads the partial index outbox_events_pending_idx (pending rows by
-// created_at) from the floor $5 up, so it costs the same however many settled
-// rows the table holds, vacuumed or not, as long as they lie below the floor. A
-// claim is reclaimable when its lease expired, or when it lies more than twice
-// its own lease (the claim_lease its claimer wrote) in the future: its
-// claimer's clock ran ahead. Never by the reader's lease: a replica with a
-// shorter one would take the live claims of a replica with a longer one. SKIP
-// LOCKED lets relays claim side by side.
-//
-// Its shape is for the generic plan, the one a prepared statement is planned
-// once with (the relay's connections force it, see ConnParams): whatever the
-// parameters and the statistics, that plan must read the pending index and the
-// primary key. The limit the planner sees is the literal claimSize, so it
-// costs the index scan for that many rows, as a custom plan would; the rows
-// this claim may take ($4, the free workers) are a second LIMIT above it,
-// which stops the locking scan as soon as it has them. The update finds its
-// rows by id = ANY(ARRAY(...)), whose estimate (a few rows, whatever the
-// table's statistics say) keeps the primary key. The earlier form, a CTE with
-// LIMIT $4 joined by UPDATE ... FROM, had a generic plan that guessed a tenth
-// of the pending rows once the table was analyzed, and became a hash join over
-// a sequential scan of the whole table (TestPlansStayOnIndexes).
-//
-// A row whose attempts are used up ($6) was claimed that many times and never
-// settled the last time (its relay died or lost the database): it is
-// dead-lettered here instead of claimed again, keeping attempts == $6, so a row
-// that kills every process that takes it stops after MaxAttempts claims. Every
-// other row gets the claim's token $7 and one more attempt.
-//
-// $1 now, $2 now + lease, $3 lease, $4 limit (1..claimSize), $5 floor
-// (created_at), $6 max attempts, $7 claim token; epoch ms and ms.
-func claimSQL(claimSize int) string {
-	return `
-UPDATE outbox_events o SET
-	attempts      = CASE WHEN o.attempts >= $6::int THEN o.attempts ELSE o.attempts + 1 END,
-	claimed_until = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $2::bigint END,
-	claim_token   = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $7::uuid END,
-	claim_lease   = CASE WHEN o.attempts >= $6::int THEN NULL ELSE $3::bigint END,
-	failed_at     = CASE WHEN o.attempts >= $6::int THEN $1::bigint END,
-	last_error    = CASE WHEN o.attempts >= $6
-		THEN 'attempt ' || o.attempts || ' of ' || $6::int || ' was never settled (its relay died or lost the database while holding the claim); last error: ' || coalesce(o.last_error, 'none')
-		ELSE o.last_error END
-WHERE o.id = ANY(ARRAY(
-	SELECT id FROM (
-		SELECT id FROM outbox_events
-		WHERE processed_at IS NULL AND failed_at IS NULL
-			AND created_at >= $5::bigint AND available_at <= $1::bigint
-			AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $1::bigint + 2 * claim_lease)
-		ORDER BY created_at
-		LIMIT ` + strconv.Itoa(claimSize) + `
-		FOR UPDATE SKIP LOCKED
-	) pending
-	LIMIT $4::int
-))
-RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL, o.trace_context`
-}
 
 // job is one claimed row on its way to a worker.
 type job struct {
@@ -112,41 +53,29 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	now := r.now()
 	token := uuid.New()
 	out := claimed{at: now.UnixMilli()}
-	rows, err := r.pool.Query(ctx, r.claimSQL,
-		now.UnixMilli(), now.Add(r.cfg.Lease).UnixMilli(), r.cfg.Lease.Milliseconds(),
-		limit, floor, r.cfg.MaxAttempts, token)
-	if err != nil {
-		return out, fmt.Errorf("outbox: claim: %w", err)
-	}
 	deadline := start.Add(r.cfg.Lease - LeaseMargin(r.cfg.Lease))
 	var dead []Message
-	var traceCtx []byte // one per claim, not per row; NULL scans as nil
-	for rows.Next() {
-		var (
-			j       = job{token: token, deadline: deadline}
-			payload []byte // scanned as bytes: a json.RawMessage target would be parsed here once more
-			isDead  bool
-		)
-		if err := rows.Scan(&j.ID, &j.Tag, &payload, &j.CreatedAt, &j.Attempt, &isDead, &traceCtx); err != nil {
-			rows.Close()
-			return out, fmt.Errorf("outbox: claim: %w", err)
+	err := r.store.Claim(ctx, ClaimArgs{
+		Now: now.UnixMilli(), Until: now.Add(r.cfg.Lease).UnixMilli(), Lease: r.cfg.Lease.Milliseconds(),
+		Limit: limit, Floor: floor, MaxAttempts: r.cfg.MaxAttempts, Token: token,
+	}, func(c ClaimedRow) {
+		j := job{token: token, deadline: deadline}
+		j.ID, j.Tag, j.Payload, j.CreatedAt, j.Attempt = c.ID, c.Tag, c.Payload, c.CreatedAt, c.Attempts
+		if c.Trace != nil {
+			j.trace = string(c.Trace) // only a traced append pays for this
 		}
-		if traceCtx != nil {
-			j.trace = string(traceCtx) // only a traced append pays for this
-		}
-		j.Payload = payload
 		out.taken++
 		out.last = max(out.last, j.CreatedAt)
-		if isDead {
+		if c.Dead {
 			dead = append(dead, j.Message)
-			continue
+			return
 		}
 		out.jobs = append(out.jobs, j)
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		// The statement may have committed: the rows it leased are reclaimed when
 		// the lease runs out.
-		return out, fmt.Errorf("outbox: claim: %w", err)
+		return claimed{at: out.at}, fmt.Errorf("outbox: claim: %w", err)
 	}
 	r.hold(out.jobs)
 	for _, j := range out.jobs {

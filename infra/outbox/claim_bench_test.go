@@ -33,7 +33,7 @@ func BenchmarkClaimOverDeadEntries(b *testing.B) {
 		SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint + g, 0
 		FROM generate_series(1, $2::int) g`, base, settled)
 	exec(`UPDATE outbox_events SET processed_at = $1`, base)
-	r, err := NewRelay(db.Pool, Config{
+	r, err := NewRelay(NewPostgresStore(db.Pool), Config{
 		PollInterval: time.Second, ClaimSize: 10, HandlerTimeout: time.Second, Lease: time.Minute,
 		MaxAttempts: 3, RetryBase: time.Second, RetryMax: time.Minute, ProcessedRetention: time.Hour,
 	}, nil, nil)

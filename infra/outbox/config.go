@@ -35,7 +35,8 @@ type Config struct {
 	// pg_notify (after the appending commit), and the relay LISTENs on a
 	// connection of its own, so a row appended on any replica is claimed at
 	// once by a relay with a free slot. Off, a relay finds other replicas' rows
-	// at its next poll. LISTEN needs a session: turn it off behind a pooler in
+	// at its next poll. On SQLite (no LISTEN/NOTIFY) it has no effect: Nudge
+	// wakes only this process's relay. LISTEN needs a session: turn it off behind a pooler in
 	// transaction mode (PgBouncer).
 	Notify bool
 

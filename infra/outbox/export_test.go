@@ -11,5 +11,5 @@ func ClaimSQL(claimSize int) string { return claimSQL(claimSize) }
 // LoopDone is closed when the relay's claim loop has returned.
 func (r *Relay) LoopDone() <-chan struct{} { return r.done }
 
-// Pool is the relay's own pool.
-func (r *Relay) Pool() *pgxpool.Pool { return r.pool }
+// Pool is the relay's own pool (PostgreSQL).
+func (r *Relay) Pool() *pgxpool.Pool { return r.store.(*pgRelayStore).pool }

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -39,51 +41,81 @@ type row struct {
 	LastError    *string
 }
 
-const rowColumns = `id, event_tag, payload::text, created_at, available_at, claimed_until, attempts, processed_at, failed_at, last_error`
+// rowColumns are the columns of row; payload as text on both dialects.
+func rowColumns(db *dbtest.DB) string {
+	payload := "payload::text"
+	if db.Dialect() == sqldb.SQLite {
+		payload = "payload"
+	}
+	return `id, event_tag, ` + payload + `, created_at, available_at, claimed_until, attempts, processed_at, failed_at, last_error`
+}
 
-func scanRow(r pgx.Row) (row, error) {
+// asDB is a test's database: a *dbtest.DB (either dialect), or a PostgreSQL
+// pool of the tests that only PostgreSQL runs.
+func asDB(t testing.TB, db any) *dbtest.DB {
+	t.Helper()
+	switch d := db.(type) {
+	case *dbtest.DB:
+		return d
+	case *pgxpool.Pool:
+		return &dbtest.DB{DB: postgres.NewDB(d), Pool: d}
+	default:
+		t.Fatalf("not a test database: %T", db)
+		return nil
+	}
+}
+
+// storeOf is the outbox store of a test's database.
+func storeOf(t testing.TB, db any) outbox.Store { return outbox.NewStore(asDB(t, db).DB) }
+
+func scanRow(r dbtest.Row) (row, error) {
 	var x row
 	err := r.Scan(&x.ID, &x.Tag, &x.Payload, &x.CreatedAt, &x.AvailableAt, &x.ClaimedUntil,
 		&x.Attempts, &x.ProcessedAt, &x.FailedAt, &x.LastError)
 	return x, err
 }
 
-func getRow(t testing.TB, pool *pgxpool.Pool, id uuid.UUID) row {
+func getRow(t testing.TB, db any, id uuid.UUID) row {
 	t.Helper()
-	x, err := scanRow(pool.QueryRow(context.Background(), `SELECT `+rowColumns+` FROM outbox_events WHERE id = $1`, id))
+	d := asDB(t, db)
+	x, err := scanRow(d.QueryRow(`SELECT `+rowColumns(d)+` FROM outbox_events WHERE id = $1`, id))
 	require.NoError(t, err)
 	return x
 }
 
-func allRows(t testing.TB, pool *pgxpool.Pool) []row {
+func allRows(t testing.TB, db any) []row {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT `+rowColumns+` FROM outbox_events ORDER BY created_at, id`)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) { return scanRow(r) })
-	require.NoError(t, err)
+	d := asDB(t, db)
+	rows := d.Query(t, `SELECT `+rowColumns(d)+` FROM outbox_events ORDER BY created_at, id`)
+	var out []row
+	for rows.Next() {
+		x, err := scanRow(rows)
+		require.NoError(t, err)
+		out = append(out, x)
+	}
+	require.NoError(t, rows.Err())
 	return out
 }
 
-func count(t testing.TB, pool *pgxpool.Pool, where string, args ...any) int {
+func count(t testing.TB, db any, where string, args ...any) int {
 	t.Helper()
-	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE `+where, args...).Scan(&n))
-	return n
+	return asDB(t, db).Count(t, `SELECT count(*) FROM outbox_events WHERE `+where, args...)
 }
 
-func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+func exec(t testing.TB, db any, sql string, args ...any) {
 	t.Helper()
-	_, err := pool.Exec(context.Background(), sql, args...)
-	require.NoError(t, err)
+	asDB(t, db).Exec(t, sql, args...)
 }
 
 // appendEvents appends events in one committed transaction, as a use case would.
-func appendEvents(t testing.TB, pool *pgxpool.Pool, events ...outbox.Event) []uuid.UUID {
+func appendEvents(t testing.TB, db any, events ...outbox.Event) []uuid.UUID {
 	t.Helper()
+	d := asDB(t, db)
+	store := outbox.NewStore(d.DB)
 	ids := make([]uuid.UUID, 0, len(events))
-	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+	err := d.InTx(context.Background(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		for _, e := range events {
-			id, err := outbox.Append(context.Background(), tx, e)
+			id, err := outbox.Append(context.Background(), store, tx, e)
 			if err != nil {
 				return err
 			}
@@ -104,11 +136,11 @@ func things(n int) []outbox.Event {
 }
 
 // insertRow writes a pending row with any tag and raw payload, created now.
-func insertRow(t testing.TB, pool *pgxpool.Pool, tag, payload string) uuid.UUID {
+func insertRow(t testing.TB, db any, tag, payload string) uuid.UUID {
 	t.Helper()
 	id := uuid.Must(uuid.NewV7())
 	now := time.Now().UnixMilli()
-	exec(t, pool, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+	exec(t, db, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 		VALUES ($1, $2, $3, $4, $4, 0)`, id, tag, payload, now)
 	return id
 }
@@ -132,9 +164,9 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newRelay builds a relay that is stopped when the test ends.
-func newRelay(t testing.TB, pool *pgxpool.Pool, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
+func newRelay(t testing.TB, db any, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(pool, cfg, subs, testLogger(t))
+	r, err := outbox.NewRelay(storeOf(t, db), cfg, subs, testLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -165,10 +197,17 @@ func (c *clock) Set(ms int64)        { c.ms.Store(ms) }
 func (c *clock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 func (c *clock) Ms() int64           { return c.ms.Load() }
 
-// newDB is a fresh labeling database.
+// newDB is a fresh labeling database on PostgreSQL, for the tests of what
+// only PostgreSQL has (plans, sessions, LISTEN, backends to terminate).
 func newDB(t testing.TB) *pgtest.DB {
 	t.Helper()
 	return pgtest.New(t, migrations.Labeling)
+}
+
+// newDBOn is a fresh labeling database of dialect d.
+func newDBOn(t testing.TB, d sqldb.Dialect) *dbtest.DB {
+	t.Helper()
+	return dbtest.New(t, d, migrations.Labeling)
 }
 
 // withAppName returns dbURL with application_name set, so that a test can find

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/infra/failpoint"
 )
@@ -29,9 +28,9 @@ const stopReserve = 2 * time.Second
 // workers dispatch the rows, and a settler records their outcomes in batches,
 // one statement for many rows.
 type Relay struct {
-	pool     *pgxpool.Pool // the relay's own (ownPool)
+	store    RelayStore // the relay's own statements and connections (Store.OpenRelay)
+	listener Listener   // store's LISTEN/NOTIFY, nil when the dialect has none
 	cfg      Config
-	claimSQL string // claimSQL(cfg.ClaimSize), one statement text per relay
 	subs     map[string][]Handler
 	logger   *slog.Logger
 	now      func() time.Time
@@ -66,14 +65,15 @@ type Relay struct {
 	cutClaims context.CancelFunc
 }
 
-// NewRelay returns a relay over pool's database that dispatches to subs. It fails
-// when cfg is invalid, naming the values. The relay runs its statements on
-// connections of its own (at most three, opened from pool's settings with
-// ConnParams, closed by Stop), so its claims never wait for a connection the
-// API's requests hold, and the API's never wait for the relay's.
-func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Logger) (*Relay, error) {
-	if pool == nil {
-		return nil, errors.New("outbox: relay needs a pool")
+// NewRelay returns a relay over store's database that dispatches to subs. It
+// fails when cfg is invalid, naming the values. The relay runs its statements
+// through store.OpenRelay: on PostgreSQL on connections of its own (at most
+// three, opened from the pool's settings with ConnParams, closed by Stop), so
+// its claims never wait for a connection the API's requests hold, and the
+// API's never wait for the relay's; on SQLite on the process's one writer.
+func NewRelay(store Store, cfg Config, subs []Subscriber, logger *slog.Logger) (*Relay, error) {
+	if store == nil {
+		return nil, errors.New("outbox: relay needs a store")
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -92,16 +92,17 @@ func NewRelay(pool *pgxpool.Pool, cfg Config, subs []Subscriber, logger *slog.Lo
 	if now == nil {
 		now = time.Now
 	}
-	own, err := ownPool(pool)
+	own, err := store.OpenRelay(cfg.ClaimSize)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: relay pool: %w", err)
+		return nil, fmt.Errorf("outbox: %w", err)
 	}
+	listener, _ := own.(Listener)
 	runCtx, abandon := context.WithCancel(context.Background())
 	claimsCut, cutClaims := context.WithCancel(context.Background())
 	r := &Relay{
-		pool:       own,
+		store:      own,
+		listener:   listener,
 		cfg:        cfg,
-		claimSQL:   claimSQL(cfg.ClaimSize),
 		subs:       byTag,
 		logger:     logger.With("component", "outbox.relay"),
 		now:        now,
@@ -149,7 +150,7 @@ func (r *Relay) Start(context.Context) error {
 	}
 	go r.settler.run()
 	go r.loop()
-	if r.cfg.Notify {
+	if r.notifies() {
 		go r.listen(r.runCtx)
 	} else {
 		close(r.listenDone)
@@ -176,7 +177,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 		return nil
 	}
 	// Last, once the claims are cut and the settler is done with it.
-	defer closeWithin(ctx, r.pool)
+	defer r.store.Close(ctx)
 	defer r.attempts.flush() // the count of the last window, before Stop returns
 	defer r.cutClaims()
 	defer context.AfterFunc(ctx, r.cutClaims)()
@@ -241,10 +242,15 @@ func releaseBudget(ctx context.Context) time.Duration {
 // table (the appending commit must be done). It never blocks.
 func (r *Relay) Nudge() {
 	signal(r.nudge)
-	if r.cfg.Notify {
+	if r.notifies() {
 		signal(r.broadcast)
 	}
 }
+
+// notifies reports whether relays wake each other: Config.Notify on a dialect
+// that can (PostgreSQL). On SQLite it has no effect: a relay of another process
+// finds a row at its next poll.
+func (r *Relay) notifies() bool { return r.cfg.Notify && r.listener != nil }
 
 // noFloor is the value of Relay.lowest when no requeue is waiting.
 const noFloor = math.MaxInt64

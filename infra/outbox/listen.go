@@ -4,11 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // notifyChannel is the channel on which relays tell each other that rows were
@@ -78,83 +74,22 @@ func (r *Relay) listen(ctx context.Context) {
 }
 
 func (r *Relay) listenOnce(ctx context.Context, failures *int) error {
-	session, end := context.WithCancel(ctx)
-	defer end()
-	connectCtx, cancel := context.WithTimeout(session, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(connectCtx, r.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		conn.Close(closeCtx) // the connection is dropped either way
-	}()
-	// A broadcast is a hint: it need not wait for its commit to reach disk.
-	if _, err := conn.Exec(connectCtx, "SET synchronous_commit = off"); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(connectCtx, "LISTEN "+notifyChannel); err != nil {
-		return err
-	}
-	if *failures > 0 {
-		r.logger.Info("outbox relay listens again", "failed_attempts", *failures)
-		*failures = 0
-	}
-	r.wake() // rows appended elsewhere while nobody listened
-	self := conn.PgConn().PID()
-
-	// A connection runs one command at a time: a broadcast request interrupts
-	// the wait for notifications (a cancelled wait leaves the connection usable).
-	var (
-		mu         sync.Mutex
-		cancelWait context.CancelFunc
-		send       atomic.Bool
-	)
-	go func() {
-		for {
-			select {
-			case <-session.Done():
-				return
-			case <-r.broadcast:
+	return r.listener.Listen(ctx, ListenHooks{
+		Connected: func() {
+			if *failures > 0 {
+				r.logger.Info("outbox relay listens again", "failed_attempts", *failures)
+				*failures = 0
 			}
-			send.Store(true)
-			mu.Lock()
-			if cancelWait != nil {
-				cancelWait()
-			}
-			mu.Unlock()
-		}
-	}()
-	for {
-		if send.Swap(false) {
-			if _, err := conn.Exec(session, "SELECT pg_notify($1, '')", notifyChannel); err != nil {
-				return err
-			}
-		}
-		mu.Lock()
-		wait, stop := context.WithCancel(session)
-		cancelWait = stop
-		mu.Unlock()
-		if send.Load() {
-			stop()
-			continue
-		}
-		n, err := conn.WaitForNotification(wait)
-		stop()
-		switch {
-		case err == nil:
-			if ms, ok := requeuedFloor(n.Payload); ok {
+			r.wake() // rows appended elsewhere while nobody listened
+		},
+		Notified: func(payload string, fromSelf bool) {
+			if ms, ok := requeuedFloor(payload); ok {
 				r.lowerFloor(ms)
 			}
-			if n.PID != self {
+			if !fromSelf {
 				r.wake()
 			}
-		case wait.Err() != nil && session.Err() == nil && !conn.IsClosed():
-			// Interrupted for a broadcast.
-		default:
-			return err
-		}
-	}
+		},
+		Broadcast: r.broadcast,
+	})
 }

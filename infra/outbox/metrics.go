@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -58,17 +57,17 @@ var (
 
 // backlogCollector reads the backlog at scrape time.
 type backlogCollector struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	store Store
+	now   func() time.Time
 }
 
 // NewBacklogCollector returns a collector of outbox_oldest_pending_age_seconds and
-// outbox_failed_rows, read from pool at each scrape through the partial indexes
+// outbox_failed_rows, read from store at each scrape through the partial indexes
 // (a min over the pending index, a count over the failed one), so a scrape costs
 // the same however many processed rows the table holds. When the database does
 // not answer within 2s the scrape omits both rather than failing /metrics.
-func NewBacklogCollector(pool *pgxpool.Pool) prometheus.Collector {
-	return &backlogCollector{pool: pool, now: time.Now}
+func NewBacklogCollector(store Store) prometheus.Collector {
+	return &backlogCollector{store: store, now: time.Now}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -79,11 +78,7 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var oldest *int64
-	var failed int64
-	err := c.pool.QueryRow(ctx, `
-		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	oldest, failed, err := c.store.Backlog(ctx)
 	if err != nil {
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
@@ -14,12 +13,14 @@ import (
 
 // Module provides the relay (also as a Nudger) started and stopped with the app,
 // and registers the retention of processed rows with the cleanup. The app supplies
-// Config, []Subscriber, *pgxpool.Pool and *slog.Logger.
+// Config, []Subscriber, the Store of its database (NewStore) and *slog.Logger.
 var Module = fx.Module("outbox",
 	fx.Provide(
 		fx.Annotate(NewRelay, fx.As(fx.Self()), fx.As(new(Nudger))),
 		fx.Annotate(
-			func(cfg Config) retention.Policy { return ProcessedRetention(cfg.ProcessedRetention) },
+			func(cfg Config, store Store) retention.Policy {
+				return ProcessedRetention(store, cfg.ProcessedRetention)
+			},
 			fx.ResultTags(`group:"retention"`),
 		),
 	),
@@ -30,8 +31,8 @@ var Module = fx.Module("outbox",
 	}),
 	// The backlog gauges are what to alert on; registered for the app's lifetime
 	// so that apps built one after another in a test process do not collide.
-	fx.Invoke(func(lc fx.Lifecycle, pool *pgxpool.Pool) {
-		c := NewBacklogCollector(pool)
+	fx.Invoke(func(lc fx.Lifecycle, store Store) {
+		c := NewBacklogCollector(store)
 		lc.Append(fx.Hook{
 			OnStart: func(context.Context) error { return prometheus.Register(c) },
 			OnStop:  func(context.Context) error { prometheus.Unregister(c); return nil },
@@ -39,27 +40,20 @@ var Module = fx.Module("outbox",
 	}),
 )
 
-// ProcessedRetention is the retention of processed outbox rows: those processed
-// more than keep ago are deleted, in chunks. Pending and failed rows are never
-// touched (their processed_at is NULL): the dead letter waits for an operator.
-func ProcessedRetention(keep time.Duration) retention.Policy {
+// ProcessedRetention is the retention of processed outbox rows of store: those
+// processed more than keep ago are deleted, in chunks. Pending and failed rows
+// are never touched (their processed_at is NULL): the dead letter waits for an
+// operator.
+func ProcessedRetention(store Store, keep time.Duration) retention.Policy {
 	return retention.Policy{
 		Name: "outbox_events",
 		Keep: keep,
-		Delete: func(ctx context.Context, pool *pgxpool.Pool, before int64, limit int) (int64, error) {
-			// The inner select reads outbox_events_processed_idx; the LIMIT keeps
-			// each statement's locks short on a large table.
-			tag, err := pool.Exec(ctx, `
-				DELETE FROM outbox_events
-				WHERE id IN (
-					SELECT id FROM outbox_events
-					WHERE processed_at < $1
-					LIMIT $2
-				)`, before, limit)
+		Delete: func(ctx context.Context, before int64, limit int) (int64, error) {
+			n, err := store.DeleteProcessed(ctx, before, limit)
 			if err != nil {
 				return 0, fmt.Errorf("outbox: delete processed rows: %w", err)
 			}
-			return tag.RowsAffected(), nil
+			return n, nil
 		},
 	}
 }

@@ -1,11 +1,12 @@
 // Package outbox keeps the promise the whole project stands on: a fact written with
 // a change is never lost. A use case appends an event to outbox_events in the same
-// transaction as its change; a relay (any number of them, no leader) claims pending
-// rows under a lease with FOR UPDATE SKIP LOCKED, hands each to the subscribers of
-// its tag, and settles it: processed, retried after a durable backoff, or dead-
-// lettered (failed_at) after the last attempt. Delivery is at least once and in no
-// particular order; subscribers make their effects idempotent with the row id,
-// which is every consumer's dedup key.
+// transaction as its change; a relay (any number of them, no leader) claims
+// pending rows under a lease (FOR UPDATE SKIP LOCKED on PostgreSQL; on SQLite,
+// whose one writer serialises the claims, the same statement without it), hands
+// each to the subscribers of its tag, and settles it: processed, retried after a
+// durable backoff, or dead-lettered (failed_at) after the last attempt. Delivery
+// is at least once and in no particular order; subscribers make their effects
+// idempotent with the row id, which is every consumer's dedup key.
 package outbox
 
 import (
@@ -16,7 +17,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Event is a domain fact that travels through the outbox. Its JSON encoding is its
@@ -26,13 +28,14 @@ type Event interface {
 	EventTag() string
 }
 
-// Append inserts event as a pending outbox row inside tx and returns the row's id,
-// a fresh UUIDv7. It is atomic with the caller's transaction: the row exists if
-// and only if tx commits. It is a plain INSERT with no ON CONFLICT: every call is a
-// new fact. After the commit, call Nudge so the local relay delivers at once.
-// When ctx holds a valid span (a traced request), the row also stores its W3C
-// trace context, and the relay's dispatch of the row links to it.
-func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
+// Append inserts event as a pending outbox row inside tx, through store (the
+// outbox store of tx's dialect), and returns the row's id, a fresh UUIDv7. It is
+// atomic with the caller's transaction: the row exists if and only if tx
+// commits. It is a plain INSERT with no ON CONFLICT: every call is a new fact.
+// After the commit, call Nudge so the local relay delivers at once. When ctx
+// holds a valid span (a traced request), the row also stores its W3C trace
+// context, and the relay's dispatch of the row links to it.
+func Append(ctx context.Context, store Store, tx sqldb.Tx, event Event) (uuid.UUID, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: new id: %w", err)
@@ -41,11 +44,9 @@ func Append(ctx context.Context, tx pgx.Tx, event Event) (uuid.UUID, error) {
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: encode %s: %w", event.EventTag(), err)
 	}
-	now := time.Now().UnixMilli()
-	_, err = tx.Exec(ctx, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
-		VALUES ($1, $2, $3, $4, $4, 0, $5)`,
-		id, event.EventTag(), payload, now, traceContext(ctx))
+	err = store.Append(ctx, tx, NewRow{
+		ID: id, Tag: event.EventTag(), Payload: payload, CreatedAt: time.Now().UnixMilli(), Trace: traceContext(ctx),
+	})
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: append %s: %w", event.EventTag(), err)
 	}

@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
 
 // What a subscriber does on one attempt of a row.
@@ -71,23 +72,25 @@ const propertyChecks = 30
 // failing case prints its seed and shrinks.
 func TestRelayPropertyEveryAcceptedSetting(t *testing.T) {
 	t.Parallel()
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["rapid.checks"] {
-		require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(propertyChecks)))
-	}
-	if !set["rapid.seed"] {
-		require.NoError(t, flag.Set("rapid.seed", strconv.FormatUint(rand.Uint64N(1<<53)+1, 10)))
-	}
-	t.Logf("rapid seed %s (rerun with -rapid.seed=%[1]s)", flag.Lookup("rapid.seed").Value)
-	db := newDB(t)
-	cases := 0
-	start := time.Now()
-	rapid.Check(t, func(rt *rapid.T) {
-		cases++
-		runPropertyCase(t, rt, db.Pool)
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rapid.checks"] {
+			require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(propertyChecks)))
+		}
+		if !set["rapid.seed"] {
+			require.NoError(t, flag.Set("rapid.seed", strconv.FormatUint(rand.Uint64N(1<<53)+1, 10)))
+		}
+		t.Logf("rapid seed %s (rerun with -rapid.seed=%[1]s)", flag.Lookup("rapid.seed").Value)
+		db := newDBOn(t, d)
+		cases := 0
+		start := time.Now()
+		rapid.Check(t, func(rt *rapid.T) {
+			cases++
+			runPropertyCase(t, rt, db)
+		})
+		t.Logf("%d cases in %s", cases, time.Since(start).Round(time.Millisecond))
 	})
-	t.Logf("%d cases in %s", cases, time.Since(start).Round(time.Millisecond))
 }
 
 // drawConfig draws the relay's settings as the environment variables an
@@ -133,14 +136,13 @@ func drawConfig(rt *rapid.T) outbox.Config {
 	}
 }
 
-func runPropertyCase(t *testing.T, rt *rapid.T, pool *pgxpool.Pool) {
+func runPropertyCase(t *testing.T, rt *rapid.T, pool *dbtest.DB) {
 	cfg := drawConfig(rt)
 	timeout := cfg.HandlerTimeout
 	scripts := rapid.SliceOfN(rapid.SliceOfN(drawBehaviour, cfg.MaxAttempts, cfg.MaxAttempts), 1, 16).Draw(rt, "rows")
 
 	// Each case starts from an empty table.
-	_, err := pool.Exec(context.Background(), `TRUNCATE outbox_events`)
-	require.NoError(rt, err)
+	pool.Exec(t, `DELETE FROM outbox_events`)
 
 	var (
 		mu    sync.Mutex
@@ -170,7 +172,7 @@ func runPropertyCase(t *testing.T, rt *rapid.T, pool *pgxpool.Pool) {
 			return outbox.Permanent(errors.New("refused"))
 		}
 	})
-	r, err := outbox.NewRelay(pool, cfg, []outbox.Subscriber{subscriber}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := outbox.NewRelay(outbox.NewStore(pool.DB), cfg, []outbox.Subscriber{subscriber}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(rt, err, "every setting the configuration accepts starts")
 
 	// Appended in one transaction before the relay starts: the index must be

@@ -48,26 +48,6 @@ type outcome struct {
 	cause error  // the dispatch error, for the log
 }
 
-// settleSQL settles a batch of outcomes in one statement. Each row is matched by
-// primary key and claim token only: the token is never reused, so a relay whose
-// lease ran out (and whose row was reclaimed, settled or requeued since)
-// changes nothing, and the newer claim's outcome stands. The pending-state
-// predicate is deliberately absent: it is the partial index's predicate, and
-// with it the planner may scan that index and filter on id (a settle costing a
-// scan of the backlog). The token is cleared, so replaying a flush whose commit
-// answer was lost changes nothing either.
-const settleSQL = `
-UPDATE outbox_events o SET
-	processed_at  = CASE WHEN u.kind = 'processed' THEN u.at ELSE o.processed_at END,
-	failed_at     = CASE WHEN u.kind = 'failed' THEN u.at ELSE o.failed_at END,
-	available_at  = CASE WHEN u.kind = 'retry' THEN u.at ELSE o.available_at END,
-	last_error    = CASE WHEN u.kind IN ('retry', 'failed') THEN u.err ELSE o.last_error END,
-	claimed_until = NULL,
-	claim_token   = NULL
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::text[]) AS u(id, token, kind, at, err)
-WHERE o.id = u.id AND o.claim_token = u.token
-RETURNING o.id`
-
 // settler batches outcomes into settle statements: flushed when flushBatch are
 // waiting, flushInterval after the first of a batch arrived, and on close. A
 // flush that fails keeps its outcomes and is retried with a growing wait.
@@ -288,31 +268,15 @@ func (s *settler) flush(ctx context.Context) (int, error) {
 func (s *settler) exec(ctx context.Context, batch []outcome) (map[uuid.UUID]struct{}, error) {
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	ids := make([]uuid.UUID, len(batch))
-	tokens := make([]uuid.UUID, len(batch))
-	kinds := make([]string, len(batch))
-	ats := make([]int64, len(batch))
-	errs := make([]*string, len(batch))
+	settlements := make([]Settlement, len(batch))
 	for i, o := range batch {
-		ids[i], tokens[i], kinds[i], ats[i] = o.ID, o.token, string(o.kind), o.at
+		settlements[i] = Settlement{ID: o.ID, Token: o.token, Kind: string(o.kind), At: o.at}
 		if o.kind == kindRetry || o.kind == kindFailed {
-			errs[i] = &batch[i].err
+			settlements[i].Err = &batch[i].err
 		}
 	}
-	rows, err := s.r.pool.Query(ctx, settleSQL, ids, tokens, kinds, ats, errs)
+	settled, err := s.r.store.Settle(ctx, settlements)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: settle: %w", err)
-	}
-	defer rows.Close()
-	settled := make(map[uuid.UUID]struct{}, len(batch))
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("outbox: settle: %w", err)
-		}
-		settled[id] = struct{}{}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: settle: %w", err)
 	}
 	return settled, nil

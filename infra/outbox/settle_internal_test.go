@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -17,10 +18,10 @@ func claimOne(t *testing.T) (*Relay, *pgtest.DB, job) {
 	ctx := t.Context()
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = Append(ctx, tx, internalEvent{})
+	_, err = Append(ctx, NewPostgresStore(nil), postgres.Tx{Tx: tx}, internalEvent{})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	r, err := NewRelay(db.Pool, Config{
+	r, err := NewRelay(NewPostgresStore(db.Pool), Config{
 		PollInterval: time.Hour, ClaimSize: 10, HandlerTimeout: time.Second, Lease: time.Hour,
 		MaxAttempts: 3, RetryBase: time.Second, RetryMax: time.Minute, ProcessedRetention: time.Hour,
 	}, nil, nil)

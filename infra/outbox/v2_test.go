@@ -12,6 +12,8 @@ import (
 
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
 
 func TestRelayNotify(t *testing.T) {
@@ -79,131 +81,146 @@ func TestRelayNotify(t *testing.T) {
 
 func TestRelayFindsRowsBelowItsScanFloor(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
-	cfg := testConfig()
-	cfg.PollInterval = 20 * time.Millisecond
-	r := newRelay(t, db.Pool, cfg, handle(ok))
-	require.NoError(t, r.Start(ctxT(t)))
-	recent := appendEvents(t, db.Pool, thing{N: 1})[0]
-	require.Eventually(t, func() bool { return getRow(t, db.Pool, recent).ProcessedAt != nil },
-		10*time.Second, 10*time.Millisecond)
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := newDBOn(t, d)
+		cfg := testConfig()
+		cfg.PollInterval = 20 * time.Millisecond
+		r := newRelay(t, db, cfg, handle(ok))
+		require.NoError(t, r.Start(ctxT(t)))
+		recent := appendEvents(t, db, thing{N: 1})[0]
+		require.Eventually(t, func() bool { return getRow(t, db, recent).ProcessedAt != nil },
+			10*time.Second, 10*time.Millisecond)
 
-	// The floor is now close to the present. A row created an hour ago (a
-	// transaction that committed late, or a retry whose delay ran out) lies
-	// below it; the periodic sweep from the bottom must still find it.
-	old := uuid.Must(uuid.NewV7())
-	hourAgo := time.Now().Add(-time.Hour).UnixMilli()
-	exec(t, db.Pool, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+		// The floor is now close to the present. A row created an hour ago (a
+		// transaction that committed late, or a retry whose delay ran out) lies
+		// below it; the periodic sweep from the bottom must still find it.
+		old := uuid.Must(uuid.NewV7())
+		hourAgo := time.Now().Add(-time.Hour).UnixMilli()
+		exec(t, db, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 		VALUES ($1, 'Thing', '{}', $2, $2, 0)`, old, hourAgo)
-	require.Eventually(t, func() bool { return getRow(t, db.Pool, old).ProcessedAt != nil },
-		15*time.Second, 20*time.Millisecond, "a row below the floor is delivered after a sweep")
+		require.Eventually(t, func() bool { return getRow(t, db, old).ProcessedAt != nil },
+			15*time.Second, 20*time.Millisecond, "a row below the floor is delivered after a sweep")
+	})
 }
 
 func TestRelaySettleFailures(t *testing.T) {
 	t.Parallel()
-	const block = `
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		block := `
 		CREATE FUNCTION refuse_processed() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'settles are refused'; END; $$;
 		CREATE TRIGGER refuse_processed BEFORE UPDATE ON outbox_events
 		FOR EACH ROW WHEN (NEW.processed_at IS NOT NULL) EXECUTE FUNCTION refuse_processed();`
-	const unblock = `DROP TRIGGER refuse_processed ON outbox_events`
+		unblock := `DROP TRIGGER refuse_processed ON outbox_events`
+		if d == sqldb.SQLite {
+			block = `
+			CREATE TRIGGER refuse_processed BEFORE UPDATE ON outbox_events
+			FOR EACH ROW WHEN NEW.processed_at IS NOT NULL
+			BEGIN SELECT RAISE(ABORT, 'settles are refused'); END`
+			unblock = `DROP TRIGGER refuse_processed`
+		}
 
-	t.Run("a failed settle is kept and retried, not delivered again", func(t *testing.T) {
-		t.Parallel()
-		db := newDB(t)
-		exec(t, db.Pool, block)
-		var calls atomic.Int32
-		r := newRelay(t, db.Pool, testConfig(), handle(func(context.Context, outbox.Message) error {
-			calls.Add(1)
-			return nil
-		}))
-		id := appendEvents(t, db.Pool, thing{N: 1})[0]
-		require.NoError(t, r.Start(ctxT(t)))
-		require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
-		require.Nil(t, getRow(t, db.Pool, id).ProcessedAt, "the settle is refused")
+		t.Run("a failed settle is kept and retried, not delivered again", func(t *testing.T) {
+			t.Parallel()
+			db := newDBOn(t, d)
+			exec(t, db, block)
+			var calls atomic.Int32
+			r := newRelay(t, db, testConfig(), handle(func(context.Context, outbox.Message) error {
+				calls.Add(1)
+				return nil
+			}))
+			id := appendEvents(t, db, thing{N: 1})[0]
+			require.NoError(t, r.Start(ctxT(t)))
+			require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.Nil(t, getRow(t, db, id).ProcessedAt, "the settle is refused")
 
-		exec(t, db.Pool, unblock)
-		require.Eventually(t, func() bool { return getRow(t, db.Pool, id).ProcessedAt != nil },
-			10*time.Second, 10*time.Millisecond, "the kept outcome is settled once the database takes it")
-		require.EqualValues(t, 1, calls.Load(), "delivered once")
-		require.Nil(t, getRow(t, db.Pool, id).ClaimedUntil)
-	})
+			exec(t, db, unblock)
+			require.Eventually(t, func() bool { return getRow(t, db, id).ProcessedAt != nil },
+				10*time.Second, 10*time.Millisecond, "the kept outcome is settled once the database takes it")
+			require.EqualValues(t, 1, calls.Load(), "delivered once")
+			require.Nil(t, getRow(t, db, id).ClaimedUntil)
+		})
 
-	t.Run("Stop releases a row whose settle it could not make", func(t *testing.T) {
-		t.Parallel()
-		db := newDB(t)
-		exec(t, db.Pool, block)
-		var calls atomic.Int32
-		r, err := outbox.NewRelay(db.Pool, testConfig(), []outbox.Subscriber{handle(func(context.Context, outbox.Message) error {
-			calls.Add(1)
-			return nil
-		})}, testLogger(t))
-		require.NoError(t, err)
-		id := appendEvents(t, db.Pool, thing{N: 1})[0]
-		require.NoError(t, r.Start(ctxT(t)))
-		require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
+		t.Run("Stop releases a row whose settle it could not make", func(t *testing.T) {
+			t.Parallel()
+			db := newDBOn(t, d)
+			exec(t, db, block)
+			var calls atomic.Int32
+			r, err := outbox.NewRelay(storeOf(t, db), testConfig(), []outbox.Subscriber{handle(func(context.Context, outbox.Message) error {
+				calls.Add(1)
+				return nil
+			})}, testLogger(t))
+			require.NoError(t, err)
+			id := appendEvents(t, db, thing{N: 1})[0]
+			require.NoError(t, r.Start(ctxT(t)))
+			require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
 
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx), "the release succeeds where the settle could not")
-		got := getRow(t, db.Pool, id)
-		require.Nil(t, got.ClaimedUntil, "released, not left leased until its lease ends")
-		require.Nil(t, got.ProcessedAt)
-		require.Equal(t, 1, got.Attempts)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			require.NoError(t, r.Stop(ctx), "the release succeeds where the settle could not")
+			got := getRow(t, db, id)
+			require.Nil(t, got.ClaimedUntil, "released, not left leased until its lease ends")
+			require.Nil(t, got.ProcessedAt)
+			require.Equal(t, 1, got.Attempts)
+		})
 	})
 }
 
 func TestRelayLeaseMargin(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
-	cfg := testConfig()
-	// The contract's rule holds (1 × 1s ≤ 1s) but leaves no time to settle.
-	cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, time.Second, time.Second
-	left := make(chan time.Duration, 1)
-	r := newRelay(t, db.Pool, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
-		deadline, _ := ctx.Deadline()
-		left <- time.Until(deadline)
-		<-ctx.Done()
-		return ctx.Err()
-	}))
-	id := appendEvents(t, db.Pool, thing{N: 1})[0]
-	n, err := r.RunOnce(ctxT(t))
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.LessOrEqual(t, <-left, cfg.Lease-outbox.LeaseMargin(cfg.Lease), "the dispatch is cut off a margin before the lease ends")
-	got := getRow(t, db.Pool, id)
-	require.Nil(t, got.ClaimedUntil, "settled by this relay, within its lease")
-	require.Equal(t, 1, got.Attempts)
-	require.Contains(t, *got.LastError, "deadline exceeded")
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := newDBOn(t, d)
+		cfg := testConfig()
+		// The contract's rule holds (1 × 1s ≤ 1s) but leaves no time to settle.
+		cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, time.Second, time.Second
+		left := make(chan time.Duration, 1)
+		r := newRelay(t, db, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
+			deadline, _ := ctx.Deadline()
+			left <- time.Until(deadline)
+			<-ctx.Done()
+			return ctx.Err()
+		}))
+		id := appendEvents(t, db, thing{N: 1})[0]
+		n, err := r.RunOnce(ctxT(t))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.LessOrEqual(t, <-left, cfg.Lease-outbox.LeaseMargin(cfg.Lease), "the dispatch is cut off a margin before the lease ends")
+		got := getRow(t, db, id)
+		require.Nil(t, got.ClaimedUntil, "settled by this relay, within its lease")
+		require.Equal(t, 1, got.Attempts)
+		require.Contains(t, *got.LastError, "deadline exceeded")
+	})
 }
 
 func TestRelayWorkers(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
-	appendEvents(t, db.Pool, things(20)...)
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := newDBOn(t, d)
+		appendEvents(t, db, things(20)...)
 
-	// Two rows a claim, six in flight: the handler holds every row it gets, so
-	// the relay fills its six workers, in claims of at most two, and stops there.
-	cfg := testConfig()
-	cfg.ClaimSize, cfg.Workers = 2, 6
-	cfg.HandlerTimeout, cfg.Lease = 30*time.Second, 10*time.Minute
-	var inFlight atomic.Int32
-	release := make(chan struct{})
-	r := newRelay(t, db.Pool, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
-		inFlight.Add(1)
-		defer inFlight.Add(-1)
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
-	require.NoError(t, r.Start(ctxT(t)))
-	require.Eventually(t, func() bool { return inFlight.Load() == 6 }, 10*time.Second, 5*time.Millisecond,
-		"six rows in flight at once, more than one claim's two")
-	require.Never(t, func() bool { return count(t, db.Pool, "claimed_until IS NOT NULL") > 6 },
-		300*time.Millisecond, 20*time.Millisecond, "no row is claimed beyond the free workers")
-	close(release)
-	require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NULL") == 0 }, 10*time.Second, 10*time.Millisecond)
+		// Two rows a claim, six in flight: the handler holds every row it gets, so
+		// the relay fills its six workers, in claims of at most two, and stops there.
+		cfg := testConfig()
+		cfg.ClaimSize, cfg.Workers = 2, 6
+		cfg.HandlerTimeout, cfg.Lease = 30*time.Second, 10*time.Minute
+		var inFlight atomic.Int32
+		release := make(chan struct{})
+		r := newRelay(t, db, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
+			inFlight.Add(1)
+			defer inFlight.Add(-1)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+		require.NoError(t, r.Start(ctxT(t)))
+		require.Eventually(t, func() bool { return inFlight.Load() == 6 }, 10*time.Second, 5*time.Millisecond,
+			"six rows in flight at once, more than one claim's two")
+		require.Never(t, func() bool { return count(t, db, "claimed_until IS NOT NULL") > 6 },
+			300*time.Millisecond, 20*time.Millisecond, "no row is claimed beyond the free workers")
+		close(release)
+		require.Eventually(t, func() bool { return count(t, db, "processed_at IS NULL") == 0 }, 10*time.Second, 10*time.Millisecond)
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 )
@@ -21,8 +20,9 @@ type Policy struct {
 	Name string        // the table, for logs and metrics
 	Keep time.Duration // rows older than this are deleted
 	// Delete deletes at most limit rows older than before (epoch ms) and returns how
-	// many it deleted. Its SQL lives beside the table's owner.
-	Delete func(ctx context.Context, pool *pgxpool.Pool, before int64, limit int) (int64, error)
+	// many it deleted. Its SQL lives beside the table's owner, in the store of
+	// the database's dialect.
+	Delete func(ctx context.Context, before int64, limit int) (int64, error)
 }
 
 // DefaultChunk is the most rows one delete statement removes when Config.Chunk is 0.
@@ -55,7 +55,6 @@ func init() {
 
 // Cleanup runs every registered Policy once at start and then each interval.
 type Cleanup struct {
-	pool     *pgxpool.Pool
 	cfg      Config
 	policies []Policy
 	logger   *slog.Logger
@@ -73,14 +72,13 @@ type Cleanup struct {
 // Params are the cleanup's fx inputs; slices add policies to the "retention" group.
 type Params struct {
 	fx.In
-	Pool     *pgxpool.Pool
 	Config   Config
 	Policies []Policy `group:"retention"`
 	Logger   *slog.Logger
 }
 
-// New returns a cleanup of policies over pool.
-func New(pool *pgxpool.Pool, cfg Config, policies []Policy, logger *slog.Logger) *Cleanup {
+// New returns a cleanup of policies (each deletes through its own store).
+func New(cfg Config, policies []Policy, logger *slog.Logger) *Cleanup {
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = DefaultChunk
 	}
@@ -93,7 +91,6 @@ func New(pool *pgxpool.Pool, cfg Config, policies []Policy, logger *slog.Logger)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Cleanup{
-		pool:     pool,
 		cfg:      cfg,
 		policies: policies,
 		logger:   logger.With("component", "retention"),
@@ -195,7 +192,7 @@ func (c *Cleanup) apply(ctx context.Context, p Policy) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := p.Delete(ctx, c.pool, before, c.cfg.Chunk)
+		n, err := p.Delete(ctx, before, c.cfg.Chunk)
 		total += n
 		if err != nil {
 			return total, err
@@ -209,7 +206,7 @@ func (c *Cleanup) apply(ctx context.Context, p Policy) (int64, error) {
 // Module provides the cleanup of every Policy in the "retention" group, started
 // and stopped with the app.
 var Module = fx.Module("retention",
-	fx.Provide(func(p Params) *Cleanup { return New(p.Pool, p.Config, p.Policies, p.Logger) }),
+	fx.Provide(func(p Params) *Cleanup { return New(p.Config, p.Policies, p.Logger) }),
 	fx.Invoke(func(lc fx.Lifecycle, c *Cleanup) {
 		lc.Append(fx.Hook{OnStart: c.Start, OnStop: c.Stop})
 	}),

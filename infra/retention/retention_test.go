@@ -43,9 +43,9 @@ func setup(t *testing.T, oldRows, youngRows int) bundle {
 	policy := retention.Policy{
 		Name: "billing_receipts",
 		Keep: keep,
-		Delete: func(ctx context.Context, pool *pgxpool.Pool, before int64, limit int) (int64, error) {
+		Delete: func(ctx context.Context, before int64, limit int) (int64, error) {
 			statements.Add(1)
-			tag, err := pool.Exec(ctx, `
+			tag, err := db.Pool.Exec(ctx, `
 				DELETE FROM billing_receipts WHERE event_id IN (
 					SELECT event_id FROM billing_receipts WHERE created_at < $1 LIMIT $2)`, before, limit)
 			return tag.RowsAffected(), err
@@ -69,7 +69,7 @@ func TestRunOnce(t *testing.T) {
 	t.Run("deletes old rows in chunks until a chunk comes back short", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 35, 5)
-		c := retention.New(b.pool, retention.Config{Interval: time.Hour, Chunk: 10}, []retention.Policy{b.policy}, logger(t))
+		c := retention.New(retention.Config{Interval: time.Hour, Chunk: 10}, []retention.Policy{b.policy}, logger(t))
 
 		deleted, err := c.RunOnce(t.Context())
 		require.NoError(t, err)
@@ -81,7 +81,7 @@ func TestRunOnce(t *testing.T) {
 	t.Run("running twice does no harm", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 20, 5)
-		c := retention.New(b.pool, retention.Config{Interval: time.Hour, Chunk: 10}, []retention.Policy{b.policy}, logger(t))
+		c := retention.New(retention.Config{Interval: time.Hour, Chunk: 10}, []retention.Policy{b.policy}, logger(t))
 		_, err := c.RunOnce(t.Context())
 		require.NoError(t, err)
 		deleted, err := c.RunOnce(t.Context())
@@ -94,10 +94,10 @@ func TestRunOnce(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 3, 1)
 		broken := retention.Policy{Name: "broken", Keep: time.Hour,
-			Delete: func(context.Context, *pgxpool.Pool, int64, int) (int64, error) {
+			Delete: func(context.Context, int64, int) (int64, error) {
 				return 0, errors.New("relation does not exist")
 			}}
-		c := retention.New(b.pool, retention.Config{Interval: time.Hour}, []retention.Policy{broken, b.policy}, logger(t))
+		c := retention.New(retention.Config{Interval: time.Hour}, []retention.Policy{broken, b.policy}, logger(t))
 		deleted, err := c.RunOnce(t.Context())
 		require.ErrorContains(t, err, "retention of broken: relation does not exist")
 		require.EqualValues(t, 3, deleted["billing_receipts"])
@@ -108,7 +108,7 @@ func TestRunOnce(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 3, 1)
 		b.policy.Keep = 0
-		c := retention.New(b.pool, retention.Config{Interval: time.Hour}, []retention.Policy{b.policy}, logger(t))
+		c := retention.New(retention.Config{Interval: time.Hour}, []retention.Policy{b.policy}, logger(t))
 		_, err := c.RunOnce(t.Context())
 		require.ErrorContains(t, err, "invalid policy")
 		require.Equal(t, 4, receipts(t, b.pool))
@@ -122,7 +122,7 @@ func TestCleanup(t *testing.T) {
 	t.Run("runs once at start and then every interval until stopped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 3, 1)
-		c := retention.New(b.pool, retention.Config{Interval: 20 * time.Millisecond}, []retention.Policy{b.policy}, logger(t))
+		c := retention.New(retention.Config{Interval: 20 * time.Millisecond}, []retention.Policy{b.policy}, logger(t))
 		require.NoError(t, c.Start(t.Context()))
 		require.Eventually(t, func() bool { return receipts(t, b.pool) == 1 }, 10*time.Second, 10*time.Millisecond)
 		require.Eventually(t, func() bool { return b.statements.Load() >= 3 }, 10*time.Second, 10*time.Millisecond,
@@ -134,7 +134,7 @@ func TestCleanup(t *testing.T) {
 	t.Run("the first run does not wait for the interval", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 3, 1)
-		c := retention.New(b.pool, retention.Config{Interval: time.Hour}, []retention.Policy{b.policy}, logger(t))
+		c := retention.New(retention.Config{Interval: time.Hour}, []retention.Policy{b.policy}, logger(t))
 		require.NoError(t, c.Start(t.Context()))
 		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
 		require.Eventually(t, func() bool { return receipts(t, b.pool) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -142,14 +142,13 @@ func TestCleanup(t *testing.T) {
 
 	t.Run("a failing run is not fatal: the next interval runs again", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, 0, 0)
 		var calls atomic.Int32
 		flaky := retention.Policy{Name: "flaky", Keep: time.Hour,
-			Delete: func(context.Context, *pgxpool.Pool, int64, int) (int64, error) {
+			Delete: func(context.Context, int64, int) (int64, error) {
 				calls.Add(1)
 				return 0, errors.New("database unavailable")
 			}}
-		c := retention.New(b.pool, retention.Config{Interval: 20 * time.Millisecond}, []retention.Policy{flaky}, logger(t))
+		c := retention.New(retention.Config{Interval: 20 * time.Millisecond}, []retention.Policy{flaky}, logger(t))
 		require.NoError(t, c.Start(t.Context()))
 		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
 		require.Eventually(t, func() bool { return calls.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
@@ -157,13 +156,12 @@ func TestCleanup(t *testing.T) {
 
 	t.Run("start twice or without an interval is an error", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, 0, 0)
-		c := retention.New(b.pool, retention.Config{Interval: time.Hour}, nil, logger(t))
+		c := retention.New(retention.Config{Interval: time.Hour}, nil, logger(t))
 		require.NoError(t, c.Start(t.Context()))
 		require.ErrorContains(t, c.Start(t.Context()), "already started")
 		require.NoError(t, c.Stop(t.Context()))
 
-		bad := retention.New(b.pool, retention.Config{}, nil, logger(t))
+		bad := retention.New(retention.Config{}, nil, logger(t))
 		require.ErrorContains(t, bad.Start(t.Context()), "interval must be positive")
 	})
 }

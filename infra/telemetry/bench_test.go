@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
@@ -63,7 +64,7 @@ func BenchmarkAppend(b *testing.B) {
 			defer tx.Rollback(ctx) //nolint:errcheck
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := outbox.Append(ctx, tx, event{N: 1}); err != nil {
+				if _, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, event{N: 1}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
@@ -105,7 +106,7 @@ func setup(t *testing.T, natsURL string) traced {
 	logger := slog.New(telemetry.LogHandler(slog.NewJSONHandler(logs, nil)))
 	p := traced{lab: pgtest.New(t, migrations.Labeling), bil: pgtest.New(t, migrations.Billing), logs: logs}
 
-	svc := billing.NewService(p.bil.Pool, logger)
+	svc := billing.NewService(postgres.NewDB(p.bil.Pool), logger)
 	var subs []outbox.Subscriber
 	if natsURL == "" {
 		h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
@@ -132,7 +133,7 @@ func setup(t *testing.T, natsURL string) traced {
 		subs = []outbox.Subscriber{stream.Subscriber[labeling.RuleActivated](pub)}
 	}
 
-	relay, err := outbox.NewRelay(p.lab.Pool, relayConfig(), subs, logger)
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(p.lab.Pool), relayConfig(), subs, logger)
 	require.NoError(t, err)
 	require.NoError(t, relay.Start(context.Background()))
 	t.Cleanup(func() {
@@ -140,7 +141,7 @@ func setup(t *testing.T, natsURL string) traced {
 		defer cancel()
 		require.NoError(t, relay.Stop(ctx))
 	})
-	p.rules = labeling.NewService(p.lab.Pool, labeling.NewStore(), relay)
+	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), labeling.NewStore(postgres.NewDB(p.lab.Pool)), outbox.NewPostgresStore(p.lab.Pool), relay)
 	e := web.New(logger, p.lab.Pool)
 	labeling.NewHandler(p.rules).Register(e, auth.Disabled())
 	srv := httptest.NewServer(e)

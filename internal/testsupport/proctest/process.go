@@ -40,12 +40,19 @@ type Process struct {
 // start fails t.
 func Start(t testing.TB, bin string, env map[string]string, args ...string) *Process {
 	t.Helper()
+	return StartIn(t, "", bin, env, args...)
+}
+
+// StartIn is Start in the working directory dir ("" for the test's).
+func StartIn(t testing.TB, dir, bin string, env map[string]string, args ...string) *Process {
+	t.Helper()
 	p := &Process{
 		Stdout: &Buffer{}, Stderr: &Buffer{}, Output: &Buffer{},
 		name: strings.Join(append([]string{filepath.Base(bin)}, args...), " "),
 		cmd:  exec.Command(bin, args...),
 		done: make(chan struct{}),
 	}
+	p.cmd.Dir = dir
 	p.cmd.Env = []string{} // not nil: nil would inherit the test's environment
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)

@@ -1,0 +1,147 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+)
+
+// pgStore is Store on PostgreSQL.
+type pgStore struct{ pool *pgxpool.Pool }
+
+// applySQL applies a group of events in ONE statement (so, without an explicit
+// transaction, in one round trip and one commit). Each event's receipt is
+// inserted unless it exists, and only the events whose receipt is new add their
+// delta to their org's active rules, so an event whose receipt exists changes
+// nothing. The statement is atomic: every receipt commits with its change or
+// none does.
+//
+// Lock order is what keeps two concurrent groups (two replicas, or a group and
+// a lone delivery) from deadlocking: receipts are inserted in event id order
+// (a duplicate waits on the other transaction's uncommitted receipt) and quota
+// rows are changed in org id order, one upsert per org (ON CONFLICT DO UPDATE may
+// not touch a row twice in one statement, so the org's deltas are summed). The
+// aggregate consumes every receipt before it emits a quota row, so all receipt
+// locks come before any quota lock. The count is not clamped at zero: with no
+// ordering guarantee a deactivation may arrive before its activation, and only
+// the plain sum converges.
+const applySQL = `
+	WITH ev AS (
+		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS ev (event_id, org_id, delta)
+	), fresh AS (
+		INSERT INTO billing_receipts (event_id, created_at)
+		SELECT event_id, $4 FROM ev ORDER BY event_id
+		ON CONFLICT DO NOTHING
+		RETURNING event_id
+	), quota AS (
+		INSERT INTO billing_quota (org_id, active_rules, updated_at)
+		SELECT ev.org_id, sum(ev.delta)::bigint, $4 FROM fresh JOIN ev USING (event_id)
+		GROUP BY ev.org_id ORDER BY ev.org_id
+		ON CONFLICT (org_id) DO UPDATE
+		SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules,
+		    updated_at = EXCLUDED.updated_at
+	)
+	SELECT event_id FROM fresh`
+
+// Apply applies events (distinct ids) in one statement (in stx, or on the
+// pool as its own transaction when stx is nil) and returns the ids
+// whose receipt is new, the events it applied; the others were applied before
+// and changed nothing. A concurrent insert of the same id waits for the other
+// transaction: if that one commits, this one sees the conflict and leaves the
+// event out. The receipt and the change are one statement, so a receipt can never
+// be claimed apart from its effect (which would turn a crash into a lost event).
+func (s pgStore) Apply(ctx context.Context, stx sqldb.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	ids := make([]uuid.UUID, len(events))
+	orgs := make([]uuid.UUID, len(events))
+	deltas := make([]int64, len(events))
+	for i, e := range events {
+		ids[i], orgs[i], deltas[i] = e.ID, e.OrgID, e.Delta()
+	}
+	var q interface {
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	} = s.pool
+	if stx != nil {
+		q = postgres.Unwrap(stx)
+	}
+	rows, err := q.Query(ctx, applySQL, ids, orgs, deltas, now)
+	if err != nil {
+		return nil, fmt.Errorf("apply events: %w", err)
+	}
+	fresh := make(map[uuid.UUID]bool, len(events))
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		fresh[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply events: %w", err)
+	}
+	return fresh, nil
+}
+
+// ActiveRules returns org's active rules, 0 for an org no event has touched.
+func (pgStore) ActiveRules(ctx context.Context, stx sqldb.Tx, org uuid.UUID) (int64, error) {
+	var n int64
+	err := postgres.Unwrap(stx).QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read quota: %w", err)
+	}
+	return n, nil
+}
+
+// DeleteReceipts deletes at most limit receipts created before before (epoch ms)
+// and returns how many it deleted. It is the retention of billing_receipts: a
+// receipt must outlive any window in which its event can be redelivered, or the
+// redelivery would apply again. Bounded batches keep each delete's locks short.
+func (s pgStore) DeleteReceipts(ctx context.Context, before int64, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM billing_receipts
+		WHERE event_id IN (
+			SELECT event_id FROM billing_receipts WHERE created_at < $1 LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete receipts: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// InsertNATSFailed records a terminated message once: a redelivery of it (its
+// term was lost) adds nothing, another message at the same sequence of a
+// recreated stream (stored at another time) is recorded beside it.
+func (pgStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFailed) error {
+	_, err := postgres.Unwrap(stx).Exec(ctx, `
+		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
+		int64(f.StreamSeq), f.StoredAt, f.Subject, f.MsgID, f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt)
+	if err != nil {
+		return fmt.Errorf("insert nats failed: %w", err)
+	}
+	return nil
+}
+
+// ListNATSFailed returns every terminated message, in the order recorded.
+func (s pgStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at
+		FROM billing_nats_failed ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list nats failed: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
+		var f NATSFailed
+		var seq, deliveries int64
+		err := r.Scan(&seq, &f.StoredAt, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt)
+		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		return f, err
+	})
+}

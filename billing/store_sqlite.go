@@ -1,0 +1,161 @@
+package billing
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+)
+
+// sqliteStore is Store on SQLite. A write transaction holds the write lock
+// from its start (BEGIN IMMEDIATE), so two groups (two replicas on one file)
+// apply one after another: no lock order to keep, and a duplicate receipt is
+// always the other's committed one.
+type sqliteStore struct{ db *sqlite.DB }
+
+// Apply inserts each receipt (in event id order) and adds the deltas of the
+// new ones, summed per org, to billing_quota (in org id order), all in one
+// transaction: tx, or one of its own when tx is nil. The count is not clamped:
+// only the plain sum converges without an order.
+func (s sqliteStore) Apply(ctx context.Context, stx sqldb.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	var fresh map[uuid.UUID]bool
+	apply := func(tx sqldb.Tx) error {
+		var err error
+		fresh, err = sqliteApply(sqlite.Context(ctx, tx), sqlite.Unwrap(tx), events, now)
+		return err
+	}
+	var err error
+	if stx != nil {
+		err = apply(stx)
+	} else {
+		err = s.db.InTx(ctx, sqldb.TxOptions{}, apply)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apply events: %w", err)
+	}
+	return fresh, nil
+}
+
+func sqliteApply(ctx context.Context, tx *sql.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	sorted := slices.Clone(events)
+	slices.SortFunc(sorted, func(a, b Event) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
+	receipt, err := tx.PrepareContext(ctx, `
+		INSERT INTO billing_receipts (event_id, created_at) VALUES (?1, ?2)
+		ON CONFLICT DO NOTHING`)
+	if err != nil {
+		return nil, err
+	}
+	defer receipt.Close()
+	fresh := make(map[uuid.UUID]bool, len(events))
+	deltas := map[uuid.UUID]int64{}
+	for _, e := range sorted {
+		res, err := receipt.ExecContext(ctx, e.ID, now)
+		if err != nil {
+			return nil, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			fresh[e.ID] = true
+			deltas[e.OrgID] += e.Delta()
+		}
+	}
+	orgs := make([]uuid.UUID, 0, len(deltas))
+	for org := range deltas {
+		orgs = append(orgs, org)
+	}
+	slices.SortFunc(orgs, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
+	for _, org := range orgs {
+		_, err := tx.ExecContext(ctx, `
+			INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (org_id) DO UPDATE
+			SET active_rules = billing_quota.active_rules + excluded.active_rules,
+			    updated_at = excluded.updated_at`, org, deltas[org], now)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return fresh, nil
+}
+
+// ActiveRules reads org's count in tx.
+func (sqliteStore) ActiveRules(ctx context.Context, stx sqldb.Tx, org uuid.UUID) (int64, error) {
+	var n int64
+	err := sqlite.Unwrap(stx).QueryRowContext(sqlite.Context(ctx, stx), `SELECT active_rules FROM billing_quota WHERE org_id = ?1`, org).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read quota: %w", err)
+	}
+	return n, nil
+}
+
+// DeleteReceipts deletes a bounded batch through billing_receipts_created_at_idx.
+func (s sqliteStore) DeleteReceipts(ctx context.Context, before int64, limit int) (int64, error) {
+	var n int64
+	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+		res, err := sqlite.Unwrap(tx).ExecContext(sqlite.Context(ctx, tx), `
+			DELETE FROM billing_receipts
+			WHERE event_id IN (SELECT event_id FROM billing_receipts WHERE created_at < ?1 LIMIT ?2)`, before, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete receipts: %w", err)
+	}
+	return n, nil
+}
+
+// InsertNATSFailed records f once; payload is a BLOB.
+func (sqliteStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFailed) error {
+	payload := f.Payload
+	if payload == nil {
+		payload = []byte{} // NOT NULL: an empty body is an empty BLOB
+	}
+	_, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `
+		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
+		int64(f.StreamSeq), f.StoredAt, f.Subject, f.MsgID, payload, f.Reason, int64(f.Deliveries), f.FailedAt)
+	if err != nil {
+		return fmt.Errorf("insert nats failed: %w", err)
+	}
+	return nil
+}
+
+// ListNATSFailed reads billing_nats_failed on a reader.
+func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	rows, err := s.db.Read.QueryContext(ctx, `
+		SELECT stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at
+		FROM billing_nats_failed ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list nats failed: %w", err)
+	}
+	defer rows.Close()
+	var out []NATSFailed
+	for rows.Next() {
+		var f NATSFailed
+		var seq, deliveries int64
+		if err := rows.Scan(&seq, &f.StoredAt, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt); err != nil {
+			return nil, fmt.Errorf("list nats failed: %w", err)
+		}
+		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

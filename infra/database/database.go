@@ -1,0 +1,119 @@
+// Package database opens a service's database from DATABASE_URL, in either
+// dialect: sqlite:PATH selects SQLite (infra/sqlite), anything else is a
+// PostgreSQL URL (infra/postgres). The choice is made here, once; the stores of
+// each slice are then chosen from the DB's dialect, and everything above them
+// sees only sqldb.DB.
+package database
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// DB is an open database: the port the use cases see, and its Close.
+type DB interface {
+	sqldb.DB
+	Close() error
+}
+
+// Bounds are the limits of the service's statements (0: the dialect's default).
+// On PostgreSQL they are statement_timeout and lock_timeout; on SQLite the
+// statement timeout bounds each transaction (interrupting its statement) and
+// the lock timeout is the busy timeout.
+type Bounds struct {
+	StatementTimeout time.Duration
+	LockTimeout      time.Duration
+}
+
+// Open opens url's database with b. It does not wait for a PostgreSQL server
+// (a service may start while it comes up; /readyz tells when it answers); a
+// SQLite file and its folder are created when missing.
+func Open(ctx context.Context, url string, b Bounds) (DB, error) {
+	if sqldb.DialectOf(url) == sqldb.SQLite {
+		return sqlite.Open(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+	}
+	pool, err := postgres.OpenBounded(ctx, url, postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return postgres.NewDB(pool), nil
+}
+
+// Migrate applies the pending migrations of m in db's dialect, safe for
+// replicas that start together (a PostgreSQL session lock; a file lock on
+// SQLite).
+func Migrate(ctx context.Context, db DB, m migrations.Set, logger *slog.Logger) error {
+	switch d := db.(type) {
+	case *postgres.DB:
+		return postgres.Migrate(ctx, d.Pool, m, logger)
+	case *sqlite.DB:
+		return sqlite.Migrate(ctx, d, m.SQLite, m.Table, logger)
+	default:
+		return fmt.Errorf("database: cannot migrate %T", d)
+	}
+}
+
+// MigrateURL opens url without bounds (a migration may rightly take longer than
+// any request), migrates it and closes it.
+func MigrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.Logger) error {
+	db, err := Open(ctx, url, Bounds{})
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer db.Close()
+	return Migrate(ctx, db, m, logger)
+}
+
+// Config names a service's database, its migrations and its bounds.
+type Config struct {
+	URL        string
+	Migrations migrations.Set
+	Bounds     Bounds
+}
+
+// Module provides the service's sqldb.DB (with cfg.Bounds). On start it applies
+// the pending migrations over a connection of their own without the bounds,
+// before any component that uses the database starts; on stop it closes the
+// database after them.
+var Module = fx.Module("database",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (sqldb.DB, error) {
+		db, err := Open(context.Background(), cfg.URL, cfg.Bounds)
+		if err != nil {
+			return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(ctx context.Context) error { return MigrateURL(ctx, cfg.URL, cfg.Migrations, logger) },
+			OnStop:  func(ctx context.Context) error { closeWithin(ctx, db, logger); return nil },
+		})
+		return db, nil
+	}),
+)
+
+// closeWithin closes db, waiting no longer than ctx: a PostgreSQL pool's close
+// waits for each connection's goodbye, which an unreachable server never
+// answers; the server ends a session whose client is gone.
+func closeWithin(ctx context.Context, db DB, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		if err := db.Close(); err != nil {
+			logger.Warn("database close failed", "err", err)
+		}
+		close(done)
+	}()
+	start := time.Now()
+	select {
+	case <-done:
+		logger.Info("database pool closed", "duration_ms", time.Since(start).Milliseconds())
+	case <-ctx.Done():
+		logger.Warn("database pool did not close within its share of the stop budget; its connections are left to the exit")
+	}
+}

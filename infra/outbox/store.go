@@ -1,0 +1,133 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+)
+
+// Store is the outbox's statements on one SQL dialect: the seam between the
+// relay, settler, metrics, retention and operator commands (written once, here)
+// and each dialect's SQL (store_postgres.go, store_sqlite.go). Both pass the
+// same conformance table (store_test.go).
+type Store interface {
+	// Append inserts row as a pending outbox row inside tx (a Tx of the store's
+	// dialect): the row exists if and only if tx commits.
+	Append(ctx context.Context, tx sqldb.Tx, row NewRow) error
+	// Backlog is the oldest pending row's created_at (nil when none) and the
+	// number of failed rows, read through the partial indexes.
+	Backlog(ctx context.Context) (oldest *int64, failed int64, err error)
+	// Failed lists the dead-lettered rows, oldest failure first.
+	Failed(ctx context.Context) ([]FailedRow, error)
+	// Requeue makes the failed rows among ids (every failed row when all)
+	// pending again, available at now, attempts 0, no claim token, and tells
+	// the relays that listen, at the commit. It returns how many it changed.
+	Requeue(ctx context.Context, ids []uuid.UUID, all bool, now int64) (int64, error)
+	// Delete deletes the rows named by ids if none is pending, in one
+	// transaction; with a pending one it deletes nothing and returns an error
+	// wrapping ErrPending that names them.
+	Delete(ctx context.Context, ids []uuid.UUID) (int64, error)
+	// DeleteProcessed deletes at most limit rows processed before before.
+	DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error)
+	// OpenRelay returns the statements of one relay whose ClaimSize is
+	// claimSize, on connections it may keep for itself (closed by Close).
+	OpenRelay(claimSize int) (RelayStore, error)
+}
+
+// NewRow is one row Append inserts.
+type NewRow struct {
+	ID        uuid.UUID
+	Tag       string
+	Payload   []byte // JSON
+	CreatedAt int64  // epoch ms; also available_at
+	Trace     []byte // JSON trace context, nil when untraced
+}
+
+// RelayStore is the statements one relay runs: its claims and its settles.
+type RelayStore interface {
+	// Claim claims up to args.Limit rows in one statement (see ClaimArgs):
+	// each gets the token, one more attempt and the lease, except a row whose
+	// attempts are used up, which is dead-lettered instead (Dead). It calls
+	// fn for each row the statement took.
+	Claim(ctx context.Context, args ClaimArgs, fn func(ClaimedRow)) error
+	// Settle applies a batch of settlements in one transaction, each matched
+	// by id and claim token only (a fenced one changes nothing), clearing the
+	// token and the lease; it returns the ids it changed.
+	Settle(ctx context.Context, batch []Settlement) (map[uuid.UUID]struct{}, error)
+	// Close closes the relay's connections, waiting no longer than ctx.
+	Close(ctx context.Context)
+}
+
+// ClaimArgs are one claim's parameters (epoch ms and ms).
+type ClaimArgs struct {
+	Now         int64
+	Until       int64 // Now + Lease
+	Lease       int64
+	Limit       int
+	Floor       int64 // created_at from which the claim scans
+	MaxAttempts int
+	Token       uuid.UUID
+}
+
+// ClaimedRow is one row a claim took.
+type ClaimedRow struct {
+	ID        uuid.UUID
+	Tag       string
+	Payload   []byte
+	CreatedAt int64
+	Attempts  int
+	Dead      bool   // dead-lettered by this claim (attempts used up)
+	Trace     []byte // nil when NULL
+}
+
+// Settlement is one outcome to record.
+type Settlement struct {
+	ID    uuid.UUID
+	Token uuid.UUID
+	Kind  string // processed, retry, failed or release
+	At    int64  // processed_at, available_at or failed_at, by kind
+	Err   *string
+}
+
+// Listener is a RelayStore whose relays can wake each other (PostgreSQL's
+// LISTEN/NOTIFY). A store without it leaves Config.Notify without effect: a
+// relay finds other processes' rows at its next poll.
+type Listener interface {
+	// Listen holds a session that calls hooks.Notified for each notification
+	// and broadcasts one whenever hooks.Broadcast fires, until ctx ends or the
+	// session fails (its error is returned; the relay retries).
+	Listen(ctx context.Context, hooks ListenHooks) error
+}
+
+// ListenHooks connect a Listen session to its relay.
+type ListenHooks struct {
+	Connected func()                              // the session listens (again)
+	Notified  func(payload string, fromSelf bool) // one notification
+	Broadcast <-chan struct{}                     // a Nudge to pass on
+}
+
+// Settlement kinds.
+const (
+	KindProcessed = string(kindProcessed)
+	KindRetry     = string(kindRetry)
+	KindFailed    = string(kindFailed)
+	KindRelease   = string(kindRelease)
+)
+
+// NewStore returns the outbox store of db's dialect: chosen once, from the
+// DATABASE_URL that opened db.
+func NewStore(db sqldb.DB) Store {
+	switch d := db.(type) {
+	case *postgres.DB:
+		return NewPostgresStore(d.Pool)
+	case *sqlite.DB:
+		return NewSQLiteStore(d)
+	default:
+		panic(fmt.Sprintf("outbox: no store for %T", d))
+	}
+}

@@ -1,0 +1,301 @@
+package outbox
+
+// The outbox's SQLite dialect: the same statements as the PostgreSQL one
+// (store_postgres.go), in SQLite's form. SQLite has one writer, so the claim
+// needs no SKIP LOCKED: two relays (in one process or several on one file)
+// claim one after another, each seeing the other's committed claim. Every
+// write runs in a BEGIN IMMEDIATE transaction on the process's writer
+// connection (infra/sqlite).
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+)
+
+// sqliteStore is Store on a SQLite database.
+type sqliteStore struct{ db *sqlite.DB }
+
+var (
+	_ Store      = (*sqliteStore)(nil)
+	_ RelayStore = (*sqliteStore)(nil)
+)
+
+// NewSQLiteStore returns the outbox store of a SQLite database.
+func NewSQLiteStore(db *sqlite.DB) Store { return &sqliteStore{db: db} }
+
+// write runs fn in a write transaction (BEGIN IMMEDIATE on the writer).
+// fn's statements run on the context it is given, which the statement
+// timeout interrupts.
+func (s *sqliteStore) write(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+	return s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error { return fn(sqlite.Context(ctx, tx), sqlite.Unwrap(tx)) })
+}
+
+// nullText binds b as TEXT (the JSON columns), NULL when nil: a []byte would
+// be stored as a BLOB.
+func nullText(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// Append inserts row in tx.
+func (s *sqliteStore) Append(ctx context.Context, tx sqldb.Tx, row NewRow) error {
+	_, err := sqlite.Unwrap(tx).ExecContext(sqlite.Context(ctx, tx), `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
+		VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5)`,
+		row.ID, row.Tag, string(row.Payload), row.CreatedAt, nullText(row.Trace))
+	return err
+}
+
+// sqliteClaimSQL is the claim: the PostgreSQL statement without SKIP LOCKED (one
+// writer at a time; the next claim sees this one's commit). The inner select
+// reads outbox_events_pending_idx from the floor ?5 up. A row whose attempts
+// are used up (?6) is dead-lettered, keeping attempts == ?6; every other row
+// gets the token ?7, one more attempt, the lease ?3 and the end of the lease ?2.
+// In SET, every column names its value before the update, as in PostgreSQL.
+const sqliteClaimSQL = `
+UPDATE outbox_events SET
+	attempts      = CASE WHEN attempts >= ?6 THEN attempts ELSE attempts + 1 END,
+	claimed_until = CASE WHEN attempts >= ?6 THEN NULL ELSE ?2 END,
+	claim_token   = CASE WHEN attempts >= ?6 THEN NULL ELSE ?7 END,
+	claim_lease   = CASE WHEN attempts >= ?6 THEN NULL ELSE ?3 END,
+	failed_at     = CASE WHEN attempts >= ?6 THEN ?1 END,
+	last_error    = CASE WHEN attempts >= ?6
+		THEN 'attempt ' || attempts || ' of ' || ?6 || ' was never settled (its relay died or lost the database while holding the claim); last error: ' || coalesce(last_error, 'none')
+		ELSE last_error END
+WHERE id IN (
+	SELECT id FROM outbox_events
+	WHERE processed_at IS NULL AND failed_at IS NULL
+		AND created_at >= ?5 AND available_at <= ?1
+		AND (claimed_until IS NULL OR claimed_until < ?1 OR claimed_until > ?1 + 2 * claim_lease)
+	ORDER BY created_at
+	LIMIT ?4)
+RETURNING id, event_tag, payload, created_at, attempts, failed_at IS NOT NULL, trace_context`
+
+// Claim runs the claim in one write transaction.
+func (s *sqliteStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRow)) error {
+	var got []ClaimedRow
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		got = got[:0]
+		rows, err := tx.QueryContext(ctx, sqliteClaimSQL, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				c       ClaimedRow
+				payload string
+				trace   sql.NullString
+			)
+			if err := rows.Scan(&c.ID, &c.Tag, &payload, &c.CreatedAt, &c.Attempts, &c.Dead, &trace); err != nil {
+				return err
+			}
+			c.Payload = []byte(payload)
+			if trace.Valid {
+				c.Trace = []byte(trace.String)
+			}
+			got = append(got, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return err
+	}
+	// Handed over only once committed: a claim that rolled back took nothing.
+	for _, c := range got {
+		fn(c)
+	}
+	return nil
+}
+
+// sqliteSettleSQL settles one outcome, matched by id and claim token only (see the
+// PostgreSQL settle); the batch runs in one transaction.
+const sqliteSettleSQL = `
+UPDATE outbox_events SET
+	processed_at  = CASE WHEN ?3 = 'processed' THEN ?4 ELSE processed_at END,
+	failed_at     = CASE WHEN ?3 = 'failed' THEN ?4 ELSE failed_at END,
+	available_at  = CASE WHEN ?3 = 'retry' THEN ?4 ELSE available_at END,
+	last_error    = CASE WHEN ?3 IN ('retry', 'failed') THEN ?5 ELSE last_error END,
+	claimed_until = NULL,
+	claim_token   = NULL
+WHERE id = ?1 AND claim_token = ?2`
+
+// Settle applies batch in one write transaction, one prepared statement.
+func (s *sqliteStore) Settle(ctx context.Context, batch []Settlement) (map[uuid.UUID]struct{}, error) {
+	settled := make(map[uuid.UUID]struct{}, len(batch))
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		clear(settled)
+		stmt, err := tx.PrepareContext(ctx, sqliteSettleSQL)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, o := range batch {
+			res, err := stmt.ExecContext(ctx, o.ID, o.Token, o.Kind, o.At, o.Err)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n > 0 {
+				settled[o.ID] = struct{}{}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return settled, nil
+}
+
+// OpenRelay returns s: SQLite has one writer per process, which the relay
+// shares with the API (its transactions are short).
+func (s *sqliteStore) OpenRelay(int) (RelayStore, error) { return s, nil }
+
+// Close does nothing: the relay has no connections of its own.
+func (s *sqliteStore) Close(context.Context) {}
+
+// Backlog reads the oldest pending row and the failed count on a reader.
+func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	var oldest sql.NullInt64
+	var failed int64
+	err := s.db.Read.QueryRowContext(ctx, `
+		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
+		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !oldest.Valid {
+		return nil, failed, nil
+	}
+	return &oldest.Int64, failed, nil
+}
+
+// Failed lists the dead letter on a reader.
+func (s *sqliteStore) Failed(ctx context.Context) ([]FailedRow, error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	rows, err := s.db.Read.QueryContext(ctx, `
+		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+		FROM outbox_events WHERE failed_at IS NOT NULL
+		ORDER BY failed_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FailedRow
+	for rows.Next() {
+		var f FailedRow
+		if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// idList is ids as a JSON array of lowercase UUID text, for json_each: one
+// parameter however many ids.
+func idList(ids []uuid.UUID) string {
+	b, _ := json.Marshal(ids) // uuid.UUID marshals as its canonical text
+	return string(b)
+}
+
+// Requeue requeues in one write transaction. Nobody is notified: a relay of
+// another process finds the rows at its next sweep (a requeued row lies below
+// its scan floor), as one with OUTBOX_NOTIFY=false does on PostgreSQL.
+func (s *sqliteStore) Requeue(ctx context.Context, ids []uuid.UUID, all bool, now int64) (int64, error) {
+	where, args := `failed_at IS NOT NULL`, []any{now}
+	if !all {
+		where += ` AND id IN (SELECT value FROM json_each(?2))`
+		args = append(args, idList(ids))
+	}
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+			UPDATE outbox_events
+			SET failed_at = NULL, attempts = 0, available_at = ?1, claimed_until = NULL, claim_token = NULL
+			WHERE `+where, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Delete checks and deletes in one write transaction: the write lock is held
+// from its start, so no row changes state between the two.
+func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error) {
+	list := idList(ids)
+	var deleted int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `
+			SELECT id FROM outbox_events
+			WHERE id IN (SELECT value FROM json_each(?1)) AND processed_at IS NULL AND failed_at IS NULL
+			ORDER BY id`, list)
+		if err != nil {
+			return err
+		}
+		var pending []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			pending = append(pending, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(pending) > 0 {
+			return fmt.Errorf("%w: %s", ErrPending, strings.Join(pending, ", "))
+		}
+		res, err := tx.ExecContext(ctx, `
+			DELETE FROM outbox_events
+			WHERE id IN (SELECT value FROM json_each(?1)) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`, list)
+		if err != nil {
+			return err
+		}
+		deleted, err = res.RowsAffected()
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrPending) {
+		return 0, err
+	}
+	return deleted, err
+}
+
+// DeleteProcessed deletes up to limit rows processed before before, through
+// outbox_events_processed_idx.
+func (s *sqliteStore) DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+			DELETE FROM outbox_events
+			WHERE id IN (SELECT id FROM outbox_events WHERE processed_at < ?1 LIMIT ?2)`, before, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}

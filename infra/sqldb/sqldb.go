@@ -1,0 +1,90 @@
+// Package sqldb is the transaction port between the use cases and the two SQL
+// dialects (PostgreSQL through pgx, SQLite through modernc.org/sqlite). A use
+// case owns its transaction through DB.InTx and hands the Tx to the stores of
+// its slice, which run their statements in it; the outbox's Append runs in the
+// same Tx, so a change and its event commit together on either dialect. Nothing
+// here names a driver: each dialect's package (infra/postgres, infra/sqlite)
+// implements DB, and its stores unwrap the Tx it began.
+package sqldb
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Dialect names a SQL dialect.
+type Dialect string
+
+// The dialects.
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// Tx is an open transaction of one dialect. Only a store of that dialect can
+// run statements in it; it panics when handed another dialect's Tx (a wiring
+// defect, never a runtime condition).
+type Tx interface {
+	Dialect() Dialect
+}
+
+// TxOptions are what a use case asks of its transaction.
+type TxOptions struct {
+	// ReadOnly transactions write nothing; on SQLite they run on the read
+	// connections, beside the one writer.
+	ReadOnly bool
+}
+
+// DB is one service's database as the use cases see it.
+type DB interface {
+	// Dialect is the database's dialect, for choosing the stores once.
+	Dialect() Dialect
+	// InTx runs fn in a transaction: committed when fn returns nil, rolled back
+	// otherwise (fn's error is returned as it is). A write transaction holds
+	// the write lock from its start on SQLite (BEGIN IMMEDIATE).
+	InTx(ctx context.Context, opts TxOptions, fn func(Tx) error) error
+	// Ping succeeds when the database can be read and written (/readyz).
+	Ping(ctx context.Context) error
+	// Unavailable reports whether err means the database could not serve the
+	// request now (down, unreachable, busy past its bounds) as opposed to a
+	// statement it refused: callers answer 503 so that a sender retries.
+	Unavailable(err error) bool
+	// Contention reports whether err is the database asking for the whole
+	// transaction again (a serialization failure or a deadlock).
+	Contention(err error) bool
+}
+
+// Scheme is the DATABASE_URL prefix that selects SQLite.
+const Scheme = "sqlite:"
+
+// DialectOf is the dialect a DATABASE_URL selects: SQLite for sqlite:PATH,
+// PostgreSQL for postgres:// and postgresql:// URLs (and key=value strings).
+func DialectOf(url string) Dialect {
+	if strings.HasPrefix(url, Scheme) {
+		return SQLite
+	}
+	return Postgres
+}
+
+// SQLitePath is the file a sqlite:PATH URL names; it fails on an empty path.
+func SQLitePath(url string) (string, error) {
+	path, ok := strings.CutPrefix(url, Scheme)
+	if !ok {
+		return "", fmt.Errorf("not a sqlite: URL")
+	}
+	path = strings.TrimPrefix(path, "//") // sqlite://PATH reads as sqlite:PATH
+	if path == "" {
+		return "", fmt.Errorf("sqlite: URL has no path (want sqlite:data/labeling.db or sqlite:/abs/path.db)")
+	}
+	return path, nil
+}
+
+// WrongDialect is the panic of a store handed another dialect's Tx.
+func WrongDialect(want Dialect, tx Tx) string {
+	got := "nil"
+	if tx != nil {
+		got = string(tx.Dialect())
+	}
+	return fmt.Sprintf("sqldb: a %s store was handed a %s transaction (wiring defect)", want, got)
+}

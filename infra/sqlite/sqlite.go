@@ -1,0 +1,254 @@
+// Package sqlite opens a service's SQLite database (modernc.org/sqlite through
+// database/sql: no cgo) and applies its migrations. It is the SQLite side of
+// infra/sqldb: the stores of each slice's sqlite package run their statements in
+// the Tx it begins.
+//
+// Every connection is opened with its pragmas in the DSN, so a connection the
+// pool replaces has them too: WAL (readers never wait for the writer),
+// synchronous=FULL (a commit is on disk when it returns: a 2xx never names a
+// commit a power cut can lose), foreign keys, and the busy timeout
+// (DB_LOCK_TIMEOUT) for waiting on a writer of another process. A process has
+// one writer connection, and every write transaction is BEGIN IMMEDIATE: it
+// takes the write lock at its start, where a wait is bounded by the busy
+// timeout, instead of upgrading a read lock later, which fails at once under a
+// concurrent writer. Reads run on separate connections, in WAL's snapshots.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/acme/outboxpair/infra/sqldb"
+)
+
+// readConns is the most read connections a process keeps open.
+const readConns = 4
+
+// Bounds are the limits of the process's statements (0: none).
+type Bounds struct {
+	// StatementTimeout bounds a transaction (and a statement outside one):
+	// past it the running statement is interrupted and the transaction rolled
+	// back.
+	StatementTimeout time.Duration
+	// LockTimeout is the busy timeout: how long a write waits for another
+	// process's writer before it fails as unavailable.
+	LockTimeout time.Duration
+}
+
+// defaultBusy is the busy timeout when Bounds.LockTimeout is 0.
+const defaultBusy = 5 * time.Second
+
+// DB is a SQLite database opened for one process: one writer connection and a
+// few readers.
+type DB struct {
+	Path   string
+	Write  *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
+	Read   *sql.DB // read-only connections
+	bounds Bounds
+}
+
+var _ sqldb.DB = (*DB)(nil)
+
+// Tx is a transaction begun by DB.
+type Tx struct {
+	*sql.Tx
+	// bound ends when the statement timeout passes or the transaction ends:
+	// a statement run on a context derived from it (Context) is interrupted
+	// then. database/sql's own cancellation of the transaction would wait for
+	// the running statement, so the statement's own context must end.
+	bound context.Context
+}
+
+// Dialect is sqldb.SQLite.
+func (Tx) Dialect() sqldb.Dialect { return sqldb.SQLite }
+
+// Unwrap returns the *sql.Tx of a Tx this package began; it panics on another
+// dialect's (a wiring defect). Run its statements on Context(ctx, tx).
+func Unwrap(tx sqldb.Tx) *sql.Tx { return unwrap(tx).Tx }
+
+func unwrap(tx sqldb.Tx) Tx {
+	t, ok := tx.(Tx)
+	if !ok {
+		panic(sqldb.WrongDialect(sqldb.SQLite, tx))
+	}
+	return t
+}
+
+// Context is ctx, ended also when tx's statement timeout passes (or tx ends):
+// a statement run on it is interrupted at DB_STATEMENT_TIMEOUT.
+func Context(ctx context.Context, tx sqldb.Tx) context.Context {
+	t := unwrap(tx)
+	if t.bound == nil {
+		return ctx
+	}
+	var cancel context.CancelFunc
+	if deadline, ok := t.bound.Deadline(); ok {
+		// Its own deadline, so that a statement cut off by the timeout fails
+		// with context.DeadlineExceeded (unavailable), not as cancelled.
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	context.AfterFunc(t.bound, func() {
+		// At the transaction's end, at the latest when InTx returns. When the
+		// bound's deadline passed, ctx's own passes at the same instant: left
+		// to it, the statement fails with DeadlineExceeded.
+		if !errors.Is(t.bound.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return ctx
+}
+
+// DSN is the modernc DSN of path with the pragmas every connection needs.
+// immediate makes every transaction BEGIN IMMEDIATE; readOnly opens a
+// connection that refuses writes.
+func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
+	if busy <= 0 {
+		busy = defaultBusy
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	}
+	if immediate {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens (and creates, with its folder, when missing) the SQLite file of a
+// sqlite:PATH URL. It does not touch the schema: Migrate does.
+func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
+	path, err := sqldb.SQLitePath(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create the folder of %s: %w", path, err)
+		}
+	}
+	w, err := sql.Open("sqlite", DSN(path, b.LockTimeout, true, false))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	// The writer opens the file first: it creates it and switches it to WAL
+	// before any reader opens it read-only.
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", DSN(path, b.LockTimeout, false, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(readConns)
+	r.SetMaxIdleConns(readConns)
+	return &DB{Path: path, Write: w, Read: r, bounds: b}, nil
+}
+
+// Close closes both pools.
+func (db *DB) Close() error { return errors.Join(db.Write.Close(), db.Read.Close()) }
+
+// Dialect is sqldb.SQLite.
+func (*DB) Dialect() sqldb.Dialect { return sqldb.SQLite }
+
+// Bound returns ctx bounded by the statement timeout.
+func (db *DB) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if db.bounds.StatementTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, db.bounds.StatementTimeout)
+}
+
+// InTx runs fn in a transaction: on the writer (BEGIN IMMEDIATE) unless
+// opts.ReadOnly, bounded by the statement timeout.
+func (db *DB) InTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) error) error {
+	pool := db.Write
+	if opts.ReadOnly {
+		pool = db.Read
+	}
+	ctx, cancel := db.Bound(ctx)
+	defer cancel()
+	tx, err := pool.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(Tx{Tx: tx, bound: ctx}); err != nil {
+		_ = tx.Rollback() // the error that matters is fn's
+		return err
+	}
+	return tx.Commit()
+}
+
+// Ping succeeds when the file can be read and written: a read on a reader, and
+// the write lock taken and given back on the writer.
+func (db *DB) Ping(ctx context.Context) error {
+	var n int
+	if err := db.Read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+		return fmt.Errorf("read %s: %w", db.Path, err)
+	}
+	tx, err := db.Write.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
+	if err != nil {
+		return fmt.Errorf("write %s: %w", db.Path, err)
+	}
+	// A no-op write proves the file and its journal are writable; rolled back.
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 0`); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("write %s: %w", db.Path, err)
+	}
+	return tx.Rollback()
+}
+
+// Unavailable reports whether err means the database could not serve now: busy
+// past the busy timeout, locked, interrupted by the statement timeout, an I/O
+// error, a full disk, a file it cannot open, or a closed pool.
+func (*DB) Unavailable(err error) bool { return Unavailable(err) }
+
+// Contention is always false: SQLite has one writer, and a write transaction
+// holds the write lock from its start, so there is no serialization failure or
+// deadlock to retry (a wait for another process is the busy timeout's).
+func (*DB) Contention(error) bool { return false }
+
+// Unavailable is DB.Unavailable.
+func Unavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
+		strings.Contains(err.Error(), "sql: database is closed") { // database/sql's unexported errDBClosed
+		return true
+	}
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT,
+			sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
+			sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PROTOCOL:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)
+}

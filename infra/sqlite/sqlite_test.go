@@ -1,0 +1,122 @@
+package sqlite_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/migrations"
+)
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+
+	t.Run("creates the file and its folders, in WAL with synchronous FULL and foreign keys, on every connection", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "a", "b", "labeling.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{LockTimeout: 1500 * time.Millisecond})
+		require.NoError(t, err)
+		defer db.Close()
+		_, err = os.Stat(path)
+		require.NoError(t, err)
+		var mode string
+		var sync, fk, busy int
+		for _, c := range []struct {
+			name string
+			q    func(string, any) error
+		}{
+			{"writer", func(q string, v any) error { return db.Write.QueryRow(q).Scan(v) }},
+			{"reader", func(q string, v any) error { return db.Read.QueryRow(q).Scan(v) }},
+		} {
+			require.NoError(t, c.q(`PRAGMA journal_mode`, &mode), c.name)
+			require.Equal(t, "wal", mode, c.name)
+			require.NoError(t, c.q(`PRAGMA synchronous`, &sync), c.name)
+			require.Equal(t, 2, sync, c.name+": FULL")
+			require.NoError(t, c.q(`PRAGMA foreign_keys`, &fk), c.name)
+			require.Equal(t, 1, fk, c.name)
+			require.NoError(t, c.q(`PRAGMA busy_timeout`, &busy), c.name)
+			require.Equal(t, 1500, busy, c.name+": DB_LOCK_TIMEOUT")
+		}
+		require.NoError(t, db.Ping(t.Context()))
+	})
+
+	t.Run("a relative path is under the working directory", func(t *testing.T) {
+		t.Parallel()
+		p, err := sqldb.SQLitePath("sqlite:data/labeling.db")
+		require.NoError(t, err)
+		require.Equal(t, "data/labeling.db", p)
+		_, err = sqldb.SQLitePath("sqlite:")
+		require.Error(t, err)
+	})
+
+	t.Run("ping fails when the file cannot be written", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "gone")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+filepath.Join(dir, "x.db"), sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.NoError(t, db.Ping(t.Context()))
+		require.NoError(t, db.Write.Close()) // the writer is gone: nothing can be written
+		err = db.Ping(t.Context())
+		require.Error(t, err)
+		require.True(t, db.Unavailable(err), "a database that cannot be written is unavailable: %v", err)
+	})
+}
+
+func TestStatementTimeout(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "t.db"), sqlite.Bounds{StatementTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer db.Close()
+	start := time.Now()
+	err = db.InTx(t.Context(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+		// A statement that runs far longer than the bound.
+		_, err := sqlite.Unwrap(tx).ExecContext(sqlite.Context(t.Context(), tx),
+			`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c`)
+		return err
+	})
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 5*time.Second, "DB_STATEMENT_TIMEOUT interrupts the statement")
+	require.True(t, db.Unavailable(err), "an interrupted statement is unavailable (503): %v", err)
+}
+
+func TestMigrateReplicas(t *testing.T) {
+	t.Parallel()
+	// Replicas starting together on one file: each opens it on its own and
+	// migrates; the file lock makes them run one after another, so every one
+	// succeeds and each migration is applied once.
+	path := filepath.Join(t.TempDir(), "shared.db")
+	const replicas = 6
+	var wg sync.WaitGroup
+	errs := make([]error, replicas)
+	for i := range replicas {
+		wg.Go(func() {
+			db, err := sqlite.Open(context.Background(), "sqlite:"+path, sqlite.Bounds{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer db.Close()
+			errs[i] = sqlite.Migrate(context.Background(), db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "replica %d", i)
+	}
+	db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+	require.NoError(t, err)
+	defer db.Close()
+	var applied, distinct int
+	require.NoError(t, db.Read.QueryRow(
+		`SELECT count(*), count(DISTINCT version_id) FROM labeling_goose_db_version WHERE version_id > 0`).Scan(&applied, &distinct))
+	require.Equal(t, 5, applied, "each migration recorded once")
+	require.Equal(t, 5, distinct)
+}
