@@ -113,6 +113,9 @@ func TestNATSStream(t *testing.T) {
 		// The stranger listens on the subjects, to replay what labeling sends.
 		sniff, err := p.nc.SubscribeSync(stream.Subjects)
 		require.NoError(t, err)
+		// The subscription is the server's once a flush returns; labeling
+		// publishes on a connection of its own, which could otherwise win.
+		require.NoError(t, p.nc.Flush())
 		// Before the stranger's, so the stream and billing's durable exist.
 		orgLabeling := uuid.New()
 		signed := p.publish(t, activation(orgLabeling))
