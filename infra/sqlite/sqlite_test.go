@@ -98,7 +98,9 @@ func TestMigrateReplicas(t *testing.T) {
 	errs := make([]error, replicas)
 	for i := range replicas {
 		wg.Go(func() {
-			db, err := sqlite.Open(context.Background(), "sqlite:"+path, sqlite.Bounds{})
+			// With DB_LOCK_TIMEOUT's default, as replicas run: with no busy timeout
+			// at all, opening a new file beside five others fails at once (BUSY).
+			db, err := sqlite.Open(context.Background(), "sqlite:"+path, sqlite.Bounds{LockTimeout: 2 * time.Second})
 			if err != nil {
 				errs[i] = err
 				return
