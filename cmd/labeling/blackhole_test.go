@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,21 +32,11 @@ func TestStopWithBlackholedDatabase(t *testing.T) {
 	db := pgtest.New(t, migrations.Labeling)
 	dbURL, hole := proxytest.Via(t, db.URL)
 
-	// A billing stand-in that never answers: the relay holds its claim.
-	delivered := make(chan struct{}, 16)
-	hang := make(chan struct{})
-	billing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		delivered <- struct{}{}
-		select {
-		case <-hang:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(billing.Close)
-	t.Cleanup(func() { close(hang) })
+	// A billing that never answers: the relay holds its claim.
+	billingURL, delivered := hangingBilling(t)
 
 	env := baseEnv(dbURL)
-	env["BILLING_URL"] = billing.URL
+	env["BILLING_URL"] = billingURL
 	env["HTTP_REQUEST_TIMEOUT"] = config.MaxRequestTimeout.String()
 	env["OUTBOX_HANDLER_TIMEOUT"] = "60s"
 	env["OUTBOX_CLAIM_SIZE"] = "1"

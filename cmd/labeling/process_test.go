@@ -214,22 +214,11 @@ func TestGracefulStop(t *testing.T) {
 	ctx := t.Context()
 	db := pgtest.New(t, migrations.Labeling)
 
-	// A billing stand-in that never answers: the relay's dispatch hangs until
-	// the relay gives up on it.
-	delivered := make(chan struct{}, 16)
-	hang := make(chan struct{})
-	billing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		delivered <- struct{}{}
-		select {
-		case <-hang:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(billing.Close)
-	t.Cleanup(func() { close(hang) })
+	// The relay's dispatch hangs until the relay gives up on it.
+	billingURL, delivered := hangingBilling(t)
 
 	env := baseEnv(db.URL)
-	env["BILLING_URL"] = billing.URL
+	env["BILLING_URL"] = billingURL
 	env["OUTBOX_HANDLER_TIMEOUT"] = "60s"
 	env["OUTBOX_CLAIM_SIZE"] = "1"
 	env["OUTBOX_LEASE"] = "2m"
@@ -388,4 +377,23 @@ func TestBoundedWork(t *testing.T) {
 			}, 10*time.Second, 10*time.Millisecond, "the pool connection no longer waits either")
 		})
 	}
+}
+
+// hangingBilling is a billing stand-in that never answers a delivery (until
+// the test ends or the request is cancelled); each delivery that reaches it is
+// signalled on the channel.
+func hangingBilling(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	delivered := make(chan struct{}, 16)
+	hang := make(chan struct{})
+	billing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delivered <- struct{}{}
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(billing.Close)
+	t.Cleanup(func() { close(hang) })
+	return billing.URL, delivered
 }

@@ -8,10 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/acme/outboxpair/infra/postgres"
-	"github.com/acme/outboxpair/internal/testsupport/pgtest"
-	"github.com/acme/outboxpair/migrations"
 )
 
 type internalEvent struct{}
@@ -20,27 +16,11 @@ func (internalEvent) EventTag() string { return "Internal" }
 
 func TestStopReleasesUndispatchedClaims(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t, migrations.Labeling)
-	ctx := t.Context()
-	tx, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	for range 2 {
-		_, err := Append(ctx, NewPostgresStore(nil), postgres.Tx{Tx: tx}, internalEvent{})
-		require.NoError(t, err)
-	}
-	require.NoError(t, tx.Commit(ctx))
-
-	r, err := NewRelay(NewPostgresStore(db.Pool), Config{
-		PollInterval: time.Hour, ClaimSize: 10, HandlerTimeout: time.Second, Lease: time.Hour,
-		MaxAttempts: 3, RetryBase: time.Second, RetryMax: time.Minute, ProcessedRetention: time.Hour,
-	}, nil, nil)
-	require.NoError(t, err)
 	// Claimed as a tick would, but never dispatched: the state a tick is in when
 	// it is stuck between its claim and its dispatch (say at a failpoint) as the
 	// relay stops.
-	got, err := r.claim(ctx, 10, 0)
-	require.NoError(t, err)
-	require.Len(t, got.jobs, 2)
+	r, db, _ := claimRows(t, 2)
+	ctx := t.Context()
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Stop(ctx))
 

@@ -14,12 +14,22 @@ import (
 // claimOne appends one row and claims it with a relay that is never started.
 func claimOne(t *testing.T) (*Relay, *pgtest.DB, job) {
 	t.Helper()
+	r, db, jobs := claimRows(t, 1)
+	return r, db, jobs[0]
+}
+
+// claimRows appends n rows and claims them (as a tick would, never dispatched)
+// with a relay that is not started.
+func claimRows(t *testing.T, n int) (*Relay, *pgtest.DB, []job) {
+	t.Helper()
 	db := pgtest.New(t, migrations.Labeling)
 	ctx := t.Context()
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = Append(ctx, NewPostgresStore(nil), postgres.Tx{Tx: tx}, internalEvent{})
-	require.NoError(t, err)
+	for range n {
+		_, err := Append(ctx, NewPostgresStore(nil), postgres.Tx{Tx: tx}, internalEvent{})
+		require.NoError(t, err)
+	}
 	require.NoError(t, tx.Commit(ctx))
 	r, err := NewRelay(NewPostgresStore(db.Pool), Config{
 		PollInterval: time.Hour, ClaimSize: 10, HandlerTimeout: time.Second, Lease: time.Hour,
@@ -28,8 +38,8 @@ func claimOne(t *testing.T) (*Relay, *pgtest.DB, job) {
 	require.NoError(t, err)
 	got, err := r.claim(ctx, 10, 0)
 	require.NoError(t, err)
-	require.Len(t, got.jobs, 1)
-	return r, db, got.jobs[0]
+	require.Len(t, got.jobs, n)
+	return r, db, got.jobs
 }
 
 func processedAt(t *testing.T, db *pgtest.DB, j job) *int64 {
