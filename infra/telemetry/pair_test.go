@@ -91,10 +91,13 @@ type traced struct {
 	logs     *logBuffer
 }
 
+// MaxAttempts covers the test's whole wait: the NATS publisher refuses until it
+// has seen the stream and billing's durable (on a busy machine that took more
+// than the 10 attempts × 200ms this once allowed, and the row was dead-lettered).
 func relayConfig() outbox.Config {
 	return outbox.Config{
 		PollInterval: 20 * time.Millisecond, ClaimSize: 4, HandlerTimeout: 5 * time.Second, Lease: 30 * time.Second,
-		MaxAttempts: 10, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, ProcessedRetention: time.Hour,
+		MaxAttempts: 100, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, ProcessedRetention: time.Hour,
 	}
 }
 
