@@ -72,16 +72,19 @@ const propertyChecks = 30
 // failing case prints its seed and shrinks.
 func TestRelayPropertyEveryAcceptedSetting(t *testing.T) {
 	t.Parallel()
+	// rapid reads its settings from the global flags: set them here, before
+	// the per-dialect subtests run in parallel, never inside them (a Set in
+	// one beside rapid's read in the other is a data race).
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["rapid.checks"] {
+		require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(propertyChecks)))
+	}
+	if !set["rapid.seed"] {
+		require.NoError(t, flag.Set("rapid.seed", strconv.FormatUint(rand.Uint64N(1<<53)+1, 10)))
+	}
+	t.Logf("rapid seed %s (rerun with -rapid.seed=%[1]s)", flag.Lookup("rapid.seed").Value)
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["rapid.checks"] {
-			require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(propertyChecks)))
-		}
-		if !set["rapid.seed"] {
-			require.NoError(t, flag.Set("rapid.seed", strconv.FormatUint(rand.Uint64N(1<<53)+1, 10)))
-		}
-		t.Logf("rapid seed %s (rerun with -rapid.seed=%[1]s)", flag.Lookup("rapid.seed").Value)
 		db := newDBOn(t, d)
 		cases := 0
 		start := time.Now()
