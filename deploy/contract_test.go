@@ -82,8 +82,8 @@ func tablesWith(t *testing.T, file string, cols ...string) []contractTable {
 }
 
 // varDocs are the files whose variable tables must match infra/config: the
-// contract, and the README's Configuration section.
-var varDocs = []string{contractFile, "README.md"}
+// contract, and the configuration page (once the README's Configuration section).
+var varDocs = []string{contractFile, configurationPage}
 
 var backticked = regexp.MustCompile("`([^`]*)`")
 
@@ -95,7 +95,7 @@ type documentedVar struct {
 }
 
 // documentedVars reads every `| variable | who | default | ...` table of file
-// (the README calls the second column "service").
+// (the configuration page calls the second column "service").
 func documentedVars(t *testing.T, file string) []documentedVar {
 	t.Helper()
 	var vars []documentedVar
@@ -141,7 +141,7 @@ func documentedVars(t *testing.T, file string) []documentedVar {
 	return vars
 }
 
-// The variables the contract lists, and those of the README's Configuration
+// The variables the contract lists, and those of the configuration page's
 // table, are exactly the variables each service reads (config.LabelingVars,
 // config.BillingVars), with the same services.
 func TestContractVariables(t *testing.T) {
@@ -166,7 +166,7 @@ func TestContractVariables(t *testing.T) {
 	}
 }
 
-// Every default the contract (or the README) states is the one the code applies:
+// Every default the contract (or the configuration page) states is the one the code applies:
 // setting the variable to its documented default loads the same configuration as
 // leaving it unset.
 func TestContractDefaults(t *testing.T) {

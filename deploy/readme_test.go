@@ -13,10 +13,11 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
-// The README states the dead-letter window of the default retry settings. This
-// recomputes it from the defaults with the relay's own rule
+// The configuration page (docs/configuration.md, once the README's
+// Configuration section) states the dead-letter window of the default retry
+// settings. This recomputes it from the defaults with the relay's own rule
 // (outbox.RetryDelayRange, which every retry delay is drawn from), so a change
-// of a default, or of the rule, shows up as a README to update.
+// of a default, or of the rule, shows up as a page to update.
 func TestREADMEDeadLetterWindow(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.LoadLabeling(func(name string) (string, bool) {
@@ -30,20 +31,28 @@ func TestREADMEDeadLetterWindow(t *testing.T) {
 		lo, hi = lo+l, hi+h
 	}
 	window := fmt.Sprintf("between %s and %s", lo.Round(time.Second), hi.Round(time.Second))
-	require.Equal(t, "between 21m18s and 36m15s", window, "the defaults changed: update the README's Configuration section")
-	require.Contains(t, read(t, "README.md"), "dead-lettered **"+window+"**")
+	require.Equal(t, "between 21m18s and 36m15s", window, "the defaults changed: update docs/configuration.md")
+	require.Contains(t, read(t, configurationPage), "dead-lettered **"+window+"**")
 }
 
-// The README's Package map lists every package of the module, one row each, and
-// nothing that is not one: a package moved, added or removed shows up as a map
-// to update.
+// The pages that hold what the README held before docs/ existed.
+const (
+	configurationPage = "docs/configuration.md"
+	packageMapPage    = "docs/adopting.md"
+)
+
+// The Package map (docs/adopting.md) lists every package of the module, one row
+// each, and nothing that is not one: a package moved, added or removed shows up
+// as a map to update.
 func TestREADMEPackageMap(t *testing.T) {
 	t.Parallel()
-	readme := read(t, "README.md")
-	start := strings.Index(readme, "## Package map\n")
-	require.GreaterOrEqual(t, start, 0, "README.md has no Package map section")
-	section := readme[start+len("## Package map\n"):]
-	section = section[:strings.Index(section, "\n## ")]
+	page := read(t, packageMapPage)
+	start := strings.Index(page, "## Package map\n")
+	require.GreaterOrEqual(t, start, 0, "%s has no Package map section", packageMapPage)
+	section := page[start+len("## Package map\n"):]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
 	var listed []string
 	for _, line := range strings.Split(section, "\n") {
 		if m := regexp.MustCompile("^\\| `([^`]+)` \\|").FindStringSubmatch(line); m != nil {
@@ -55,5 +64,5 @@ func TestREADMEPackageMap(t *testing.T) {
 	for _, p := range goList(t, "./...") {
 		pkgs = append(pkgs, strings.TrimPrefix(p, module))
 	}
-	require.ElementsMatch(t, pkgs, listed, "the README's Package map does not match `go list ./...`")
+	require.ElementsMatch(t, pkgs, listed, "%s's Package map does not match `go list ./...`", packageMapPage)
 }

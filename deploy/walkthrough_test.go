@@ -1,0 +1,135 @@
+package deploy
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
+)
+
+// TestMain removes the binaries the tests built (proctest).
+func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
+
+const walkthroughScript = "docs/walkthrough.sh"
+
+// walkthroughBlock matches the README's copy of the script, between its markers.
+var walkthroughBlock = regexp.MustCompile("(?s)<!-- walkthrough: " + regexp.QuoteMeta(walkthroughScript) +
+	"[^>]*-->\n```bash\n(.*?)```\n<!-- /walkthrough -->")
+
+// The README shows the walk-through script itself, so what a reader copies is
+// what the test below runs.
+func TestWalkthroughInREADME(t *testing.T) {
+	t.Parallel()
+	m := walkthroughBlock.FindAllStringSubmatch(read(t, "README.md"), -1)
+	require.Len(t, m, 1, "README.md shows %s once, between its markers", walkthroughScript)
+	require.Equal(t, read(t, walkthroughScript), m[0][1], "README.md's walk-through differs from %s: copy the file into the block", walkthroughScript)
+}
+
+// noInstallEnv is the environment the README's no-install command exports to
+// both services (EVENTS_TOKEN, AUTH_DISABLED): the test runs them with it, so
+// that command and the test start the pair alike.
+func noInstallEnv(t *testing.T) map[string]string {
+	t.Helper()
+	for _, block := range fencedBlocks(read(t, "README.md")) {
+		for _, c := range shellCommands(block.body) {
+			if !strings.Contains(c, "go run ./cmd/billing") {
+				continue
+			}
+			m := regexp.MustCompile(`\(export ([^;]+);`).FindStringSubmatch(c)
+			require.NotNil(t, m, "the no-install command starts with (export NAME=value ...;")
+			env := map[string]string{}
+			for _, kv := range strings.Fields(m[1]) {
+				k, v, ok := strings.Cut(kv, "=")
+				require.True(t, ok, "%q is not NAME=value", kv)
+				env[k] = v
+			}
+			require.Equal(t, "true", env["AUTH_DISABLED"], "the no-install command turns authentication off, as the walk-through expects")
+			return env
+		}
+	}
+	t.Fatal("README.md has no no-install command (go run ./cmd/billing)")
+	return nil
+}
+
+var buildBinaries = sync.OnceValues(func() (map[string]string, error) {
+	bins := map[string]string{}
+	for _, name := range []string{"labeling", "billing"} {
+		path, err := proctest.Binary("./cmd/" + name)
+		if err != nil {
+			return nil, err
+		}
+		bins[name] = path
+	}
+	return bins, nil
+})
+
+// binaries builds cmd/labeling and cmd/billing once per test binary.
+func builtBinaries(t *testing.T) map[string]string {
+	t.Helper()
+	bins, err := buildBinaries()
+	require.NoError(t, err)
+	return bins
+}
+
+// startPair starts billing, then labeling delivering to it, each on a free
+// loopback port and its own database, with env added to both; it returns their
+// base URLs.
+func startPair(t *testing.T, env map[string]string, labelingDB, billingDB string) (labeling, billing string) {
+	t.Helper()
+	bins := builtBinaries(t)
+	with := func(extra map[string]string) map[string]string {
+		out := map[string]string{"HTTP_ADDR": "127.0.0.1:0"}
+		for _, m := range []map[string]string{env, extra} {
+			for k, v := range m {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	b := proctest.Start(t, bins["billing"], with(map[string]string{"DATABASE_URL": billingDB}), "serve")
+	billing = "http://" + b.ListenAddr(t)
+	l := proctest.Start(t, bins["labeling"], with(map[string]string{"DATABASE_URL": labelingDB, "BILLING_URL": billing}), "serve")
+	return "http://" + l.ListenAddr(t), billing
+}
+
+// TestWalkthrough runs docs/walkthrough.sh with bash against the real binaries,
+// started as the README's no-install command starts them (SQLite files,
+// authentication off), and on PostgreSQL, where the README says it works
+// unchanged. The script checks every answer itself; a wrong one fails it.
+func TestWalkthrough(t *testing.T) {
+	t.Parallel()
+	env := noInstallEnv(t)
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			labelingDB := "sqlite:" + filepath.Join(t.TempDir(), "labeling.db")
+			billingDB := "sqlite:" + filepath.Join(t.TempDir(), "billing.db")
+			if dialect == "postgres" {
+				labelingDB, billingDB = pgtest.Empty(t).URL, pgtest.Empty(t).URL
+			}
+			labeling, billing := startPair(t, env, labelingDB, billingDB)
+
+			// Bounded: the script's own waits are 5 minutes for readiness (the
+			// services are up already here) and 30s for each quota.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "bash", walkthroughScript)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "LABELING="+labeling, "BILLING="+billing)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "bash %s:\n%s", walkthroughScript, out)
+			require.True(t, strings.HasSuffix(string(out), "walkthrough: ok\n"), "%s", out)
+			require.Contains(t, string(out), `"activeRules":1}`)
+		})
+	}
+}
