@@ -293,12 +293,16 @@ func TestDocsBinaryCommands(t *testing.T) {
 		ran++
 		t.Run(c.cmd, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{
-				"DATABASE_URL":  "sqlite:" + filepath.Join(t.TempDir(), args[0]+".db"),
-				"EVENTS_TOKEN":  "docs-test",
-				"AUTH_DISABLED": "true",
-				"HTTP_ADDR":     "127.0.0.1:0",
-				"BILLING_URL":   "http://127.0.0.1:1", // never a billing that may run on :8081
+			argv := slices.Clone(args[1:])
+			serve := len(argv) > 0 && argv[0] == "serve"
+			// An operator command gets DATABASE_URL alone, as operations.md says
+			// it needs; serve also what the walk-through's pair has.
+			env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), args[0]+".db")}
+			if serve {
+				env["EVENTS_TOKEN"] = "docs-test"
+				env["AUTH_DISABLED"] = "true"
+				env["HTTP_ADDR"] = "127.0.0.1:0"
+				env["BILLING_URL"] = "http://127.0.0.1:1" // never a billing that may run on :8081
 			}
 			for k, v := range assigns {
 				if f, ok := docPlaceholders[v]; ok {
@@ -306,20 +310,19 @@ func TestDocsBinaryCommands(t *testing.T) {
 				}
 				env[k] = v
 			}
-			argv := slices.Clone(args[1:])
 			for i, a := range argv {
 				if f, ok := docPlaceholders[a]; ok {
 					argv[i] = f()
 				}
 			}
-			if len(argv) == 0 || argv[0] != "serve" {
+			if !serve {
 				// An operator command works on the service's database, which
 				// serve (or migrate) has migrated.
 				m := proctest.Start(t, bins[args[0]], env, "migrate")
 				require.Equal(t, 0, m.Wait(t, time.Minute).ExitCode(), "%s migrate", args[0])
 			}
 			p := proctest.Start(t, bins[args[0]], env, argv...)
-			if len(argv) > 0 && argv[0] == "serve" {
+			if serve {
 				base := "http://" + p.ListenAddr(t)
 				client := &http.Client{Timeout: 5 * time.Second}
 				require.Eventually(t, func() bool {
