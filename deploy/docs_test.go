@@ -418,4 +418,14 @@ func TestDocsLinks(t *testing.T) {
 	for _, page := range pendingPages {
 		require.True(t, readmeLinks[page], "pendingPages lists %s, which README.md does not link to", page)
 	}
+	// The README's map of the docs lists each page once (the old table of
+	// contents listed Tracing twice).
+	seen := map[string]bool{}
+	for _, m := range link.FindAllStringSubmatch(section(t, read(t, "README.md"), "Documentation"), -1) {
+		require.False(t, seen[m[1]], "README.md's Documentation lists %s twice", m[1])
+		seen[m[1]] = true
+	}
+	for _, file := range append(docFiles(t)[1:], pendingPages...) {
+		require.True(t, seen[file], "README.md's Documentation does not list %s", file)
+	}
 }

@@ -123,13 +123,34 @@ func TestWalkthrough(t *testing.T) {
 			// services are up already here) and 30s for each quota.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "bash", walkthroughScript)
+			cmd := exec.CommandContext(ctx, tools(t, "bash"), walkthroughScript)
 			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "LABELING="+labeling, "BILLING="+billing)
+			// Nothing on PATH but what the script says it needs: a jq or a
+			// uuidgen slipped into it fails here, not on a reader's machine.
+			cmd.Env = []string{"PATH=" + toolDir(t, "curl", "sleep"), "LABELING=" + labeling, "BILLING=" + billing}
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "bash %s:\n%s", walkthroughScript, out)
 			require.True(t, strings.HasSuffix(string(out), "walkthrough: ok\n"), "%s", out)
 			require.Contains(t, string(out), `"activeRules":1}`)
 		})
 	}
+}
+
+// tools returns the path of an installed program, failing t without it.
+func tools(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	require.NoError(t, err, "the walk-through needs %s", name)
+	return path
+}
+
+// toolDir returns a directory holding only the named programs (links to the
+// installed ones), to be the whole PATH of a script.
+func toolDir(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range names {
+		require.NoError(t, os.Symlink(tools(t, name), filepath.Join(dir, name)))
+	}
+	return dir
 }

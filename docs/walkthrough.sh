@@ -2,7 +2,8 @@
 # The README's walk-through: one rule through its life, on the pair the
 # no-install command starts (authentication off). Each step checks its answer
 # and stops the script when it is wrong, because deploy/walkthrough_test.go runs
-# this very file against the real binaries. Needs only bash and curl.
+# this very file against the real binaries. Needs only bash, curl and sleep (the
+# test runs it with nothing else on PATH).
 set -euo pipefail
 LABELING=${LABELING:-http://localhost:8080}
 BILLING=${BILLING:-http://localhost:8081}
@@ -26,8 +27,8 @@ check() {
 # quota N: billing counts N active rules for the org. Delivery is asynchronous
 # (normally within a moment), so ask again for up to 30s.
 quota() {
-  local got=
-  for _ in $(seq 150); do
+  local got= i
+  for ((i = 0; i < 150; i++)); do
     got=$(curl -sS "$BILLING/v1/orgs/$ORG/quota") && [[ $got == *'"activeRules":'"$1}"* ]] && { echo "$got"; return; }
     sleep 0.2
   done
@@ -35,7 +36,7 @@ quota() {
 }
 
 # Wait for both services: go run compiles them first, a few minutes on a fresh clone.
-for i in $(seq 600); do
+for ((i = 1; ; i++)); do
   curl -sf "$LABELING/readyz" >/dev/null && curl -sf "$BILLING/readyz" >/dev/null && break
   ((i < 600)) || { echo "walkthrough: the services are not ready; see labeling.log and billing.log" >&2; exit 1; }
   sleep 0.5
