@@ -121,12 +121,15 @@ func ranInside(ran map[string]string, cmd string) bool {
 	return false
 }
 
-// needsDocker is the one reason a command of the docs may go unrun here.
+// needsDocker is why the Docker path's commands go unrun here: this machine has
+// no Docker engine, GitHub's runners do.
 const needsDocker = "needs Docker: run by deploy/smoke.sh in the GitHub workflow"
 
 // unrunCommands are the commands of the docs that no test or script here runs
-// as written, each with the reason. Keep it short: every entry is a command
-// that can drift.
+// as written, each with the reason: they need Docker, or they would take the
+// fixed ports 8080/8081 or create databases on a shared server, and a test runs
+// their equivalent instead. Keep it short: every entry is a command that can
+// drift.
 var unrunCommands = map[string]string{
 	"docker compose up":            needsDocker,
 	"RULE=$(uuidgen | tr A-Z a-z)": needsDocker + " (which makes its id from /proc/sys/kernel/random/uuid)",
