@@ -5,6 +5,6 @@
 // rename on one side fails the build instead of the first `docker compose up`.
 // Its tests also keep the repository's documents true to the code: CONTRACT.md
 // (variables and defaults, failpoints, tables, every "contract section N"), the
-// README's figures, the CI workflow, and the rule that runtime packages never
+// README's and docs/' figures, commands and links, the CI workflow, and the rule that runtime packages never
 // import internal/testsupport.
 package deploy

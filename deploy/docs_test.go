@@ -375,7 +375,7 @@ func headingSlugs(text string) map[string]bool {
 // says which question it answers.
 func TestDocsLinks(t *testing.T) {
 	t.Parallel()
-	files := append(docFiles(t), "e2e/README.md", "internal/testsupport/README.md")
+	files := append(docFiles(t), "e2e/README.md", "internal/testsupport/README.md", "CONTRACT.md", "BENCHMARKS.md")
 	readmeLinks := map[string]bool{}
 	for _, file := range files {
 		text := read(t, file)
