@@ -2,13 +2,61 @@ package main
 
 import (
 	"bytes"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/cli"
+	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
+
+// runArgs runs the program in this process with no environment.
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, func(string) (string, bool) { return "", false }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a usage error prints what is wrong, then the usage, on stderr and exits 2", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runArgs("nats")
+		require.Equal(t, cli.ExitUsage, code)
+		require.Empty(t, stdout)
+		require.Equal(t, "billing: nats needs a subcommand: failed\n\n"+program.Usage(), stderr)
+	})
+
+	t.Run("-h after a command prints the usage on stdout and exits 0", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runArgs("nats", "failed", "-h")
+		require.Equal(t, cli.ExitOK, code)
+		require.Equal(t, program.Usage(), stdout)
+		require.Empty(t, stderr)
+	})
+
+	t.Run("help names every command, and every variable billing reads and no other", func(t *testing.T) {
+		t.Parallel()
+		_, stdout, _ := runArgs("help")
+		for _, c := range program.Commands {
+			require.Contains(t, stdout, "\n  "+c.Name+" ", c.Name)
+		}
+		_, environment, found := strings.Cut(stdout, "\nconfiguration (environment):\n")
+		require.True(t, found, stdout)
+		named := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b`).FindAllString(environment, -1)
+		require.ElementsMatch(t, config.BillingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
+		// What the hand-written text left out.
+		for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "NATS_CREDS", "NATS_MAX_DELIVERIES", "BILLING_APPLY_GROUP_MAX"} {
+			require.Contains(t, environment, name)
+		}
+	})
+}
 
 // Not parallel: it shortens the package's commandTimeout, which only run reads.
 func TestMigrateIsBounded(t *testing.T) {

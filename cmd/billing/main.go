@@ -1,11 +1,7 @@
 // Command billing runs the billing service (contract section 1): it applies the
 // events Labeling delivers to POST /internal/v1/events (or through JetStream),
-// once each, and answers quota reads.
-//
-//	billing [serve]      migrate, then serve until SIGINT/SIGTERM
-//	billing migrate      apply pending migrations and exit
-//	billing healthcheck  exit 0 when the server on HTTP_ADDR is ready
-//	billing nats failed  print the JetStream messages billing terminated
+// once each, and answers quota reads. Its commands are the table in cli.go;
+// `billing help` prints them.
 package main
 
 import "os"

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
@@ -44,6 +47,9 @@ func TestUsage(t *testing.T) {
 			{"outbox", "requeue", "--all"},
 			{"outbox", "delete"},
 			{"outbox", "delete", "--all-failed"},
+			{"--bogus"},
+			{"help", "me"},
+			{"outbox", "--all-failed"},
 		} {
 			code, stdout, stderr := runCLI(nil, args...)
 			require.Equal(t, exitUsage, code, "%q", args)
@@ -62,8 +68,11 @@ func TestUsage(t *testing.T) {
 			"outbox list":                `unknown outbox subcommand "list"`,
 			"outbox failed extra":        `outbox failed takes no arguments, got ["extra"]`,
 			"outbox requeue":             `outbox requeue needs at least one row id`,
-			"outbox requeue --all":       `outbox requeue: "--all" is not a row id (a UUID)`,
-			"outbox delete --all-failed": `outbox delete: "--all-failed" is not a row id (a UUID)`,
+			"outbox requeue --all":       `outbox requeue: flag provided but not defined: -all`,
+			"outbox delete --all-failed": `outbox delete: flag provided but not defined: -all-failed`,
+			"outbox requeue --all-failed " + uuid.Nil.String():      `outbox requeue --all-failed takes no row ids, got ["` + uuid.Nil.String() + `"]`,
+			"outbox requeue " + uuid.Nil.String() + " --all-failed": `outbox requeue: "--all-failed" is not a row id (a UUID)`,
+			"outbox requeue --all-failed=false":                     `outbox requeue needs at least one row id`,
 		} {
 			code, _, stderr := runCLI(nil, strings.Fields(args)...)
 			require.Equal(t, exitUsage, code, args)
@@ -76,6 +85,33 @@ func TestUsage(t *testing.T) {
 		code, stdout, _ := runCLI(nil, "--help")
 		require.Equal(t, exitOK, code)
 		require.Contains(t, stdout, "outbox requeue --all-failed")
+	})
+
+	t.Run("help, -h and --help at any level print the same usage and exit 0", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range []string{"help", "-h", "-help", "outbox -h", "outbox requeue -h", "migrate --help"} {
+			code, stdout, stderr := runCLI(nil, strings.Fields(args)...)
+			require.Equal(t, exitOK, code, args)
+			require.Equal(t, program.Usage(), stdout, args)
+			require.Empty(t, stderr, args)
+		}
+	})
+
+	t.Run("help names every command of the table", func(t *testing.T) {
+		t.Parallel()
+		_, stdout, _ := runCLI(nil, "help")
+		for _, c := range program.Commands {
+			require.Contains(t, stdout, "\n  "+c.Name+" ", c.Name)
+		}
+	})
+
+	t.Run("help names every variable labeling reads and no other", func(t *testing.T) {
+		t.Parallel()
+		_, stdout, _ := runCLI(nil, "help")
+		_, environment, found := strings.Cut(stdout, "\nconfiguration (environment):\n")
+		require.True(t, found, stdout)
+		named := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b`).FindAllString(environment, -1)
+		require.ElementsMatch(t, config.LabelingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
 	})
 
 	t.Run("a bad configuration exits 1 with one line naming the variable", func(t *testing.T) {

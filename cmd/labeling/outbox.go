@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/outbox"
@@ -19,7 +20,7 @@ import (
 
 // withStore runs fn as an operator command with the outbox store of
 // DATABASE_URL's database (either dialect).
-func withStore(fn func(ctx context.Context, store outbox.Store, stdout io.Writer) error) action {
+func withStore(fn func(ctx context.Context, store outbox.Store, stdout io.Writer) error) cli.Action {
 	return operator(func(ctx context.Context, cfg config.Command, stdout io.Writer) error {
 		db, err := database.Open(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
 		if err != nil {
@@ -28,6 +29,26 @@ func withStore(fn func(ctx context.Context, store outbox.Store, stdout io.Writer
 		defer db.Close()
 		return fn(ctx, outbox.NewStore(db), stdout)
 	})
+}
+
+// onIDs is the parser of `outbox NAME ID...`: its action runs op on those rows
+// and prints "DONE n of m rows", m the ids given, n the rows op changed (an id
+// that names no row op may change is left alone, and the count says so).
+func onIDs(name, done string, op func(context.Context, outbox.Store, []uuid.UUID) (int64, error)) func(args []string) (cli.Action, error) {
+	return func(args []string) (cli.Action, error) {
+		ids, err := parseIDs(name, args)
+		if err != nil {
+			return nil, err
+		}
+		return withStore(func(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+			n, err := op(ctx, store, ids)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s %d of %d rows\n", done, n, len(ids))
+			return nil
+		}), nil
+	}
 }
 
 // parseIDs reads the row ids of `outbox NAME ID...`: at least one, each a UUID in
@@ -40,7 +61,7 @@ func parseIDs(name string, args []string) ([]uuid.UUID, error) {
 	for _, s := range args {
 		id, err := uuid.Parse(s)
 		if err != nil || len(s) != 36 {
-			// Also catches --all-failed mixed with ids, and any other flag.
+			// Also catches a flag after an id, where flag parsing stopped.
 			return nil, fmt.Errorf("outbox %s: %q is not a row id (a UUID)", name, s)
 		}
 		ids = append(ids, id)

@@ -2,31 +2,28 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 
+	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
-// parseRequeue reads `labeling outbox requeue ID...` or `... --all-failed` (which
-// stands alone).
-func parseRequeue(args []string) (action, error) {
-	if len(args) == 1 && args[0] == "--all-failed" {
+// parseRequeue reads `labeling outbox requeue ID...` or `... --all-failed`, which
+// stands alone: a row id with it is a usage error, not a narrower requeue.
+func parseRequeue(fs *flag.FlagSet) func(args []string) (cli.Action, error) {
+	all := fs.Bool("all-failed", false, "make every failed row pending again, attempts reset to 0 (no ID with it)")
+	byID := onIDs("requeue", "requeued", outbox.Requeue)
+	return func(args []string) (cli.Action, error) {
+		if !*all {
+			return byID(args)
+		}
+		if len(args) > 0 {
+			return nil, fmt.Errorf("outbox requeue --all-failed takes no row ids, got %q", args)
+		}
 		return withStore(requeueAllFailed), nil
 	}
-	ids, err := parseIDs("requeue", args)
-	if err != nil {
-		return nil, err
-	}
-	return withStore(func(ctx context.Context, store outbox.Store, stdout io.Writer) error {
-		n, err := outbox.Requeue(ctx, store, ids)
-		if err != nil {
-			return err
-		}
-		// Ids that name no failed row are left alone; say how many that was.
-		fmt.Fprintf(stdout, "requeued %d of %d rows\n", n, len(ids))
-		return nil
-	}), nil
 }
 
 // requeueAllFailed makes every failed row pending again.

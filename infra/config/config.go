@@ -105,39 +105,6 @@ type Command struct {
 	Bounds
 }
 
-// LabelingVars and BillingVars name every variable each service reads. CONTRACT.md
-// (sections 1, 7 and 8) lists the same, service by service, with their defaults:
-// deploy/contract_test.go fails when the two differ.
-var (
-	LabelingVars = []string{
-		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "BILLING_URL",
-		"OUTBOX_POLL_INTERVAL", "OUTBOX_CLAIM_SIZE", "OUTBOX_WORKERS", "OUTBOX_HANDLER_TIMEOUT", "OUTBOX_LEASE",
-		"OUTBOX_MAX_ATTEMPTS", "OUTBOX_RETRY_BASE", "OUTBOX_RETRY_MAX",
-		"OUTBOX_PROCESSED_RETENTION", "OUTBOX_NOTIFY", "CLEANUP_INTERVAL",
-		"EVENTS_TRANSPORT", "NATS_URL", "NATS_REPLICAS", "NATS_DUPLICATE_WINDOW", "NATS_CREDS", "NATS_CONSUMERS",
-		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
-		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
-		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*:
-		// tracing is on when the endpoint is set.
-		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
-	}
-	BillingVars = []string{
-		"DATABASE_URL", "HTTP_ADDR", "EVENTS_TOKEN", "RECEIPTS_RETENTION", "CLEANUP_INTERVAL",
-		"NATS_URL", "NATS_ACK_WAIT", "NATS_CREDS", "NATS_MAX_DELIVERIES", "BILLING_APPLY_GROUP_MAX",
-		"HTTP_REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT",
-		"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED",
-		// Read by the OpenTelemetry SDK itself (infra/telemetry), not by Load*.
-		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
-	}
-	// AuthVars names the variables LoadAuth reads; both services read them, and
-	// only serve does (the operator commands need none of them).
-	AuthVars = []string{"AUTH_JWKS_URL", "AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_DISABLED"}
-	// Required names the variables that have no default (serve needs it; the
-	// operator commands and healthcheck never read it). DATABASE_URL defaults
-	// to a SQLite file (Default*Database).
-	Required = []string{"EVENTS_TOKEN"}
-)
-
 // Defaults and upper bounds. An upper bound keeps an absurd value (a typo, an extra
 // digit) from starting a process that misbehaves later: every bound is far above
 // any sensible setting.

@@ -1,0 +1,166 @@
+package config
+
+import (
+	"slices"
+	"strings"
+)
+
+// Service is a set of the two binaries, for saying which of them reads a
+// variable.
+type Service uint8
+
+// The binaries.
+const (
+	LabelingService Service = 1 << iota
+	BillingService
+
+	bothServices = LabelingService | BillingService
+)
+
+// Reader is the code that reads a variable. The tests of this package run each
+// reader that takes a lookup under a recording one and require it to look up
+// exactly the variables declared for it, service by service.
+type Reader uint8
+
+// The readers.
+const (
+	// ReadBySettings: LoadLabeling or LoadBilling, and LoadCommand and
+	// LoadHTTPAddr, which read a subset of the same.
+	ReadBySettings Reader = iota
+	// ReadByAuth: LoadAuth, which serve alone calls.
+	ReadByAuth
+	// ReadByTelemetry: infra/telemetry, through the lookup the service gives it.
+	ReadByTelemetry
+	// ReadBySDK: the OpenTelemetry SDK, from the process environment (no lookup
+	// sees it), so only an OTEL_* variable may be declared with it.
+	ReadBySDK
+)
+
+// Var declares one environment variable: who reads it and how the usage text
+// shows it.
+type Var struct {
+	Name     string
+	Services Service
+	Reader   Reader
+	// Note follows the name in the usage text, in parentheses.
+	Note string
+	// Required: serve stops without it (Required lists these).
+	Required bool
+	// Standard: one of the standard OTEL_* variables that CONTRACT.md leaves to
+	// the SDK's documentation ("the other standard OTEL_* variables"), so it is
+	// in the usage text but not in LabelingVars or BillingVars, the lists the
+	// contract's tables must match.
+	Standard bool
+}
+
+// Vars is every environment variable the services read, the one declaration
+// that LabelingVars, BillingVars, AuthVars, Required and each binary's usage
+// text (Service.Usage) are built from, in the order the usage lists them. A
+// variable a loader looks up but this table leaves out fails this package's
+// tests, so no usage text can leave one out.
+var Vars = []Var{
+	{Name: "DATABASE_URL", Services: bothServices},
+	{Name: "HTTP_ADDR", Services: bothServices},
+	{Name: "EVENTS_TOKEN", Services: bothServices, Note: "required by serve", Required: true},
+	{Name: "BILLING_URL", Services: LabelingService},
+	{Name: "OUTBOX_POLL_INTERVAL", Services: LabelingService},
+	{Name: "OUTBOX_CLAIM_SIZE", Services: LabelingService},
+	{Name: "OUTBOX_WORKERS", Services: LabelingService},
+	{Name: "OUTBOX_HANDLER_TIMEOUT", Services: LabelingService},
+	{Name: "OUTBOX_LEASE", Services: LabelingService},
+	{Name: "OUTBOX_MAX_ATTEMPTS", Services: LabelingService},
+	{Name: "OUTBOX_RETRY_BASE", Services: LabelingService},
+	{Name: "OUTBOX_RETRY_MAX", Services: LabelingService},
+	{Name: "OUTBOX_PROCESSED_RETENTION", Services: LabelingService},
+	{Name: "OUTBOX_NOTIFY", Services: LabelingService},
+	{Name: "RECEIPTS_RETENTION", Services: BillingService},
+	{Name: "BILLING_APPLY_GROUP_MAX", Services: BillingService},
+	{Name: "CLEANUP_INTERVAL", Services: bothServices},
+	{Name: "HTTP_REQUEST_TIMEOUT", Services: bothServices},
+	{Name: "DB_STATEMENT_TIMEOUT", Services: bothServices},
+	{Name: "DB_LOCK_TIMEOUT", Services: bothServices},
+	{Name: "EVENTS_TRANSPORT", Services: LabelingService},
+	{Name: "NATS_URL", Services: bothServices},
+	{Name: "NATS_CREDS", Services: bothServices},
+	{Name: "NATS_REPLICAS", Services: LabelingService},
+	{Name: "NATS_DUPLICATE_WINDOW", Services: LabelingService},
+	{Name: "NATS_CONSUMERS", Services: LabelingService},
+	{Name: "NATS_ACK_WAIT", Services: BillingService},
+	{Name: "NATS_MAX_DELIVERIES", Services: BillingService},
+
+	{Name: "AUTH_JWKS_URL", Services: bothServices, Reader: ReadByAuth},
+	{Name: "AUTH_ISSUER", Services: bothServices, Reader: ReadByAuth},
+	{Name: "AUTH_AUDIENCE", Services: bothServices, Reader: ReadByAuth},
+	{Name: "AUTH_DISABLED", Services: bothServices, Reader: ReadByAuth},
+
+	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Services: bothServices, Reader: ReadByTelemetry},
+	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_SDK_DISABLED", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_SERVICE_NAME", Services: bothServices, Reader: ReadBySDK},
+}
+
+// LabelingVars and BillingVars name every variable each service reads but the
+// standard OTEL_* ones the contract leaves to the SDK (Var.Standard). CONTRACT.md
+// (sections 1, 7 and 8) lists the same, service by service, with their
+// defaults: deploy/contract_test.go fails when the two differ.
+var (
+	LabelingVars = names(func(v Var) bool { return v.Services&LabelingService != 0 && !v.Standard })
+	BillingVars  = names(func(v Var) bool { return v.Services&BillingService != 0 && !v.Standard })
+	// AuthVars names the variables LoadAuth reads; both services read them, and
+	// only serve does (the operator commands need none of them).
+	AuthVars = names(func(v Var) bool { return v.Reader == ReadByAuth })
+	// Required names the variables that have no default (serve needs it; the
+	// operator commands and healthcheck never read it). DATABASE_URL defaults
+	// to a SQLite file (Default*Database).
+	Required = names(func(v Var) bool { return v.Required })
+)
+
+// Names returns, in Vars' order, every variable s reads, the standard OTEL_*
+// ones included: the variables s's usage text names.
+func (s Service) Names() []string {
+	return names(func(v Var) bool { return v.Services&s != 0 })
+}
+
+// Usage is the configuration section of s's usage text, one paragraph a
+// reader: every variable s reads (those of Names, each once), so the usage
+// cannot leave one out.
+func (s Service) Usage() []string {
+	var out []string
+	for _, p := range []struct {
+		heading string
+		readers []Reader
+		after   string
+	}{
+		{"", []Reader{ReadBySettings}, ""},
+		{"authentication (serve needs the first three together, or AUTH_DISABLED=true): ", []Reader{ReadByAuth}, ""},
+		{"tracing: ", []Reader{ReadByTelemetry, ReadBySDK}, ", and the OpenTelemetry SDK's other standard OTEL_* variables"},
+	} {
+		var listed []string
+		for _, v := range Vars {
+			if v.Services&s == 0 || !slices.Contains(p.readers, v.Reader) {
+				continue
+			}
+			if v.Note != "" {
+				listed = append(listed, v.Name+" ("+v.Note+")")
+			} else {
+				listed = append(listed, v.Name)
+			}
+		}
+		if len(listed) > 0 {
+			out = append(out, p.heading+strings.Join(listed, ", ")+p.after)
+		}
+	}
+	return out
+}
+
+func names(keep func(Var) bool) []string {
+	var out []string
+	for _, v := range Vars {
+		if keep(v) {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
