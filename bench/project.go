@@ -252,19 +252,14 @@ func (b *bench) consumerSubs(billingURL string) func(context.Context) ([]outbox.
 }
 
 func applySubs(svc *billing.Service) []outbox.Subscriber {
-	apply := func(typ string) func(context.Context, outbox.Message, labeling.RuleActivated) error {
-		return func(ctx context.Context, m outbox.Message, e labeling.RuleActivated) error {
-			_, err := svc.Apply(ctx, billing.Event{ID: m.ID, Type: typ, OccurredAt: m.CreatedAt, OrgID: e.OrgID, RuleID: e.RuleID})
+	return labeling.Subscribers(labeling.Events(), func(ctx context.Context, m outbox.Message) error {
+		e, err := svc.Decode(m.ID, m.Tag, m.CreatedAt, m.Payload)
+		if err != nil {
 			return err
 		}
-	}
-	deact := apply(billing.RuleDeactivated)
-	return []outbox.Subscriber{
-		outbox.Subscribe(apply(billing.RuleActivated)),
-		outbox.Subscribe(func(ctx context.Context, m outbox.Message, e labeling.RuleDeactivated) error {
-			return deact(ctx, m, labeling.RuleActivated(e))
-		}),
-	}
+		_, err = svc.Apply(ctx, e)
+		return err
+	})
 }
 
 // projectConsumerDrain is the relay applying a backlog of n events to billing

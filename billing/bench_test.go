@@ -18,7 +18,7 @@ func BenchmarkApply(b *testing.B) {
 		bb := setup(b)
 		org := uuid.New()
 		for b.Loop() {
-			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, RuleID: uuid.New()}
+			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1}
 			if _, err := bb.svc.Apply(ctx, ev); err != nil {
 				b.Fatal(err)
 			}
@@ -28,7 +28,7 @@ func BenchmarkApply(b *testing.B) {
 
 	b.Run("redeliveries", func(b *testing.B) {
 		bb := setup(b)
-		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), RuleID: uuid.New()}
+		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), Delta: 1}
 		if _, err := bb.svc.Apply(ctx, ev); err != nil {
 			b.Fatal(err)
 		}

@@ -92,6 +92,11 @@ func (ev event) body() string {
 // body has an id, the matching Idempotency-Key; edit changes the request first.
 func (b *bundle) deliver(t testing.TB, body string, edit ...func(*http.Request)) *httptest.ResponseRecorder {
 	t.Helper()
+	return apitest.Do(t, b.e, eventRequest(body, edit...))
+}
+
+// eventRequest is a delivery of body as labeling sends it, edited by edit.
+func eventRequest(body string, edit ...func(*http.Request)) *http.Request {
 	req := httptest.NewRequest(http.MethodPost, "/internal/v1/events", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -102,7 +107,7 @@ func (b *bundle) deliver(t testing.TB, body string, edit ...func(*http.Request))
 	for _, f := range edit {
 		f(req)
 	}
-	return apitest.Do(t, b.e, req)
+	return req
 }
 
 func (b *bundle) quotaHTTP(t testing.TB, org string) *httptest.ResponseRecorder {
@@ -653,7 +658,7 @@ func TestApply(t *testing.T) {
 		t.Run("reports applied for a new event and not for a redelivery", func(t *testing.T) {
 			t.Parallel()
 			b := setupOn(t, d)
-			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), RuleID: uuid.New()}
+			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), Delta: 1}
 			applied, err := b.svc.Apply(context.Background(), ev)
 			require.NoError(t, err)
 			require.True(t, applied)
@@ -704,7 +709,7 @@ func TestApplyStatements(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		b := setupPool(t, pool)
-		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), RuleID: uuid.New()}
+		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), Delta: 1}
 		for _, want := range []bool{true, false} {
 			applied, err := b.svc.Apply(context.Background(), ev)
 			require.NoError(t, err)

@@ -31,7 +31,7 @@ type outcome struct {
 }
 
 func activated(org uuid.UUID) billing.Event {
-	return billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, RuleID: uuid.New()}
+	return billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1}
 }
 
 // logTransactions records, for every receipt and every quota row written, the

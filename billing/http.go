@@ -49,8 +49,8 @@ func (h *Handler) Register(e *echo.Echo, guard *auth.Guard) {
 
 // deliver applies one delivered event. It answers 204 only after the commit, for a
 // new event and for a redelivery alike; 400 for a delivery no retry can fix; 501,
-// writing nothing, for a type billing does not know, so the sender retries it until
-// billing learns it or an operator acts; 503 when the database is down.
+// writing nothing, for a type without a handler, so the sender retries it until
+// billing has one or an operator acts; 503 when the database is down.
 func (h *Handler) deliver(c echo.Context) error {
 	if err := h.authorize(c.Request()); err != nil {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="billing"`)
@@ -58,40 +58,31 @@ func (h *Handler) deliver(c echo.Context) error {
 	}
 	var env Envelope
 	if err := web.DecodeJSON(c, &env); err != nil {
-		countEvent(typeOther, OutcomeRejected)
+		h.svc.countEvent(typeOther, OutcomeRejected)
 		return err
 	}
 	id, typ, err := env.Header()
 	if err != nil {
-		countEvent(typeOther, OutcomeRejected)
+		h.svc.countEvent(typeOther, OutcomeRejected)
 		return err
 	}
 	// The body's id is the dedup key. The header is optional, but when sent it must
 	// name the same event: a disagreement means a broken sender, not a retry.
 	if key := c.Request().Header.Get("Idempotency-Key"); key != "" {
 		if k, err := ParseID(key); err != nil || k != id {
-			countEvent(typ, OutcomeRejected)
+			h.svc.countEvent(typ, OutcomeRejected)
 			return fault.Errorf(fault.Invalid, "Idempotency-Key must equal the body's id")
 		}
 	}
-	e, err := env.Event()
+	e, err := h.svc.Decode(id, typ, *env.OccurredAt, env.Payload)
 	if err != nil {
-		if fault.CodeOf(err) == fault.NotImplemented {
-			countEvent(typ, OutcomeUnknownType)
-		} else {
-			countEvent(typ, OutcomeRejected)
-		}
+		h.svc.countDecodeFailure(typ, err)
 		return err
 	}
 	applied, err := h.svc.Apply(c.Request().Context(), e)
+	h.svc.countApply(typ, applied, err)
 	if err != nil {
-		countEvent(typ, OutcomeFailed)
 		return err
-	}
-	if applied {
-		countEvent(typ, OutcomeApplied)
-	} else {
-		countEvent(typ, OutcomeAlreadyApplied)
 	}
 	// Committed; a crash here loses only the answer, and the redelivery that
 	// follows finds the receipt.

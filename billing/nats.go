@@ -48,8 +48,9 @@ func init() { prometheus.MustRegister(signatureRejects) }
 // commit, or for a redelivery that finds its receipt. A message no redelivery
 // can apply (a malformed envelope, an invalid payload, a Nats-Msg-Id that is not
 // the body's id) is recorded and terminated; if the record cannot be written the
-// message is naked and comes back. An unknown type and an unavailable database
-// are naked, as the HTTP intake answers 501 and 503, until cfg.MaxDeliveries.
+// message is naked and comes back. A type without a handler and an unavailable
+// database are naked, as the HTTP intake answers 501 and 503, until
+// cfg.MaxDeliveries; then they are recorded and terminated, never applied.
 func (s *Service) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
 	if len(cfg.Key) == 0 {
 		return nil, errors.New("EVENTS_TOKEN: required to verify the stream's messages")
@@ -73,39 +74,35 @@ func (s *Service) handleNATS(ctx context.Context, m stream.Message) error {
 	dec := json.NewDecoder(bytes.NewReader(m.Data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&env); err != nil {
-		countEvent(typeOther, OutcomeRejected)
+		s.countEvent(typeOther, OutcomeRejected)
 		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error())
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		countEvent(typeOther, OutcomeRejected)
+		s.countEvent(typeOther, OutcomeRejected)
 		return s.deadLetter(ctx, m, "body must hold a single JSON value")
 	}
-	e, err := env.Event()
+	e, err := s.decode(env)
 	if err != nil {
 		typ := typeOther
 		if env.Type != nil {
 			typ = *env.Type
 		}
+		s.countDecodeFailure(typ, err)
 		if fault.CodeOf(err) == fault.NotImplemented {
-			countEvent(typ, OutcomeUnknownType)
-			return err // retried, with a growing delay, until billing knows the type
+			// Naked with a growing delay, so that a billing deployed with the
+			// handler later applies it, until cfg.MaxDeliveries records it.
+			return err
 		}
-		countEvent(typ, OutcomeRejected)
 		return s.deadLetter(ctx, m, err.Error())
 	}
 	if m.MsgID != "" && m.MsgID != e.ID.String() {
-		countEvent(e.Type, OutcomeRejected)
+		s.countEvent(e.Type, OutcomeRejected)
 		return s.deadLetter(ctx, m, "Nats-Msg-Id must equal the body's id")
 	}
 	applied, err := s.Apply(ctx, e)
+	s.countApply(e.Type, applied, err)
 	if err != nil {
-		countEvent(e.Type, OutcomeFailed)
 		return err
-	}
-	if applied {
-		countEvent(e.Type, OutcomeApplied)
-	} else {
-		countEvent(e.Type, OutcomeAlreadyApplied)
 	}
 	// Committed; a crash here loses only the ack, and the redelivery that follows
 	// finds the receipt.

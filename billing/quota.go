@@ -1,6 +1,7 @@
 // Package billing is the consumer side of the pair: it keeps each org's count of
-// active labeling rules from the RuleActivated and RuleDeactivated events that
-// Labeling's outbox delivers at least once and in no particular order. An event
+// active labeling rules from the events that Labeling's outbox delivers at least
+// once and in no particular order, each type applied by its one EventHandler
+// (Events). An event
 // adds to a counter, so it is applied with a receipt keyed by its id, written in
 // the same transaction as the change: a redelivery finds the receipt and changes
 // nothing, and a failure before the commit leaves neither.
@@ -8,6 +9,7 @@ package billing
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -16,8 +18,9 @@ import (
 	"github.com/acme/outboxpair/infra/fault"
 )
 
-// The event types billing applies. Any other type is answered 501 and the sender
-// retries it, so a producer may ship a new type before billing learns it.
+// The event types billing has a handler for (Events). Any other type is
+// answered 501 and the sender retries it, so a producer may ship a new type
+// before billing learns it.
 const (
 	RuleActivated   = "RuleActivated"   // adds 1 to the org's active rules
 	RuleDeactivated = "RuleDeactivated" // subtracts 1
@@ -31,25 +34,96 @@ type Quota struct {
 	ActiveRules int64
 }
 
-// Event is a delivered event of a type billing knows, checked and ready to apply.
+// Event is a delivered event whose type has a handler, checked by it and ready
+// to apply: Service.Decode builds it, so its Delta is its handler's Effect.
 type Event struct {
 	ID         uuid.UUID // the outbox row id: the dedup key of the receipt
-	Type       string    // RuleActivated or RuleDeactivated
+	Type       string    // a type of Events (or of the Service's Handling)
 	OccurredAt int64     // epoch ms of the append in Labeling
-	OrgID      uuid.UUID
-	RuleID     uuid.UUID
+	OrgID      uuid.UUID // the org whose active rules Delta changes
+	Delta      int64     // added to OrgID's active rules, once, with the receipt
 }
 
-// Delta is the change the event makes to its org's active rules.
-func (e Event) Delta() int64 {
-	if e.Type == RuleDeactivated {
-		return -1
+// Effect is what one event does to billing's state, as its type's handler
+// computes it: Delta is added to OrgID's active rules in the transaction that
+// writes the event's receipt, and only then.
+type Effect struct {
+	OrgID uuid.UUID
+	Delta int64
+}
+
+// EventHandler is billing's handling of one event type; Handle builds it. A
+// Service applies only the types it has an EventHandler for (Events, or
+// Handling's).
+type EventHandler struct {
+	typ    string
+	effect func(payload json.RawMessage) (Effect, error)
+}
+
+// Handle returns the EventHandler of event type typ. The payload is decoded
+// into P, ignoring fields P does not have (payloads grow by new optional
+// fields), and effect checks it and returns the event's Effect. A payload that does not
+// decode, or that effect refuses, is a fault.Invalid: 400 over HTTP, recorded
+// and terminated over NATS, never applied.
+func Handle[P any](typ string, effect func(P) (Effect, error)) EventHandler {
+	return EventHandler{typ: typ, effect: func(raw json.RawMessage) (Effect, error) {
+		var p P
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return Effect{}, fault.Errorf(fault.Invalid, "payload of %s: %s", typ, decodeProblem(err))
+		}
+		e, err := effect(p)
+		if err != nil {
+			return Effect{}, fault.Errorf(fault.Invalid, "payload of %s: %v", typ, err)
+		}
+		return e, nil
+	}}
+}
+
+// Events is the one registry of the events billing applies: one EventHandler
+// per type, and no other place says what a type does. A delivered type with no
+// handler here is answered 501 (HTTP) or naked until NATS_MAX_DELIVERIES
+// (NATS), with no receipt and no effect. Adding an event: docs/events.md.
+func Events() []EventHandler {
+	return []EventHandler{
+		Handle(RuleActivated, ruleEffect(+1)),
+		Handle(RuleDeactivated, ruleEffect(-1)),
 	}
-	return 1
 }
 
-// Known reports whether billing applies events of type t.
-func Known(t string) bool { return t == RuleActivated || t == RuleDeactivated }
+// rulePayload is the part of RuleActivated and RuleDeactivated billing reads.
+type rulePayload struct {
+	OrgID  *string `json:"orgId"`
+	RuleID *string `json:"ruleId"`
+}
+
+// ruleEffect is the handler of a rule event that changes its org's active
+// rules by delta. The rule id is not counted, but an event without a valid one
+// is not the event labeling sends, so it is refused rather than applied.
+func ruleEffect(delta int64) func(rulePayload) (Effect, error) {
+	return func(p rulePayload) (Effect, error) {
+		if p.OrgID == nil || p.RuleID == nil {
+			return Effect{}, errors.New("orgId and ruleId are required")
+		}
+		org, err := ParseID(*p.OrgID)
+		if err != nil {
+			return Effect{}, errors.New("orgId must be a UUID")
+		}
+		if _, err := ParseID(*p.RuleID); err != nil {
+			return Effect{}, errors.New("ruleId must be a UUID")
+		}
+		return Effect{OrgID: org, Delta: delta}, nil
+	}
+}
+
+// decodeProblem says what is wrong with a payload that does not decode, in
+// words safe to echo: the field and the JSON kind, never the Go types.
+func decodeProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("%s must not be a JSON %s", clip(te.Field, 64), te.Value)
+	}
+	return "not the JSON object its handler reads"
+}
 
 // Envelope is the delivery body as it arrives. The envelope itself is decoded
 // strictly (an unknown field is a 400); the payload is the producer's event, which
@@ -60,12 +134,6 @@ type Envelope struct {
 	Type       *string         `json:"type"`
 	OccurredAt *int64          `json:"occurredAt"`
 	Payload    json.RawMessage `json:"payload"`
-}
-
-// payload is the part of RuleActivated and RuleDeactivated billing reads.
-type payload struct {
-	OrgID  *string `json:"orgId"`
-	RuleID *string `json:"ruleId"`
 }
 
 // Header checks the fields every delivery must have, whatever its type, and
@@ -88,34 +156,6 @@ func (env Envelope) Header() (uuid.UUID, string, error) {
 		return uuid.Nil, "", fault.Errorf(fault.Invalid, "payload must be a JSON object")
 	}
 	return id, *env.Type, nil
-}
-
-// Event checks the envelope and, for a known type, its payload. An unknown type is
-// a fault.NotImplemented; anything malformed is a fault.Invalid.
-func (env Envelope) Event() (Event, error) {
-	id, typ, err := env.Header()
-	if err != nil {
-		return Event{}, err
-	}
-	if !Known(typ) {
-		return Event{}, fault.Errorf(fault.NotImplemented, "event type %q is not handled by billing", clip(typ, 64))
-	}
-	var p payload
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return Event{}, fault.Errorf(fault.Invalid, "payload of %s: orgId and ruleId must be UUID strings", typ)
-	}
-	if p.OrgID == nil || p.RuleID == nil {
-		return Event{}, fault.Errorf(fault.Invalid, "payload of %s: orgId and ruleId are required", typ)
-	}
-	org, err := ParseID(*p.OrgID)
-	if err != nil {
-		return Event{}, fault.Errorf(fault.Invalid, "payload.orgId must be a UUID")
-	}
-	rule, err := ParseID(*p.RuleID)
-	if err != nil {
-		return Event{}, fault.Errorf(fault.Invalid, "payload.ruleId must be a UUID")
-	}
-	return Event{ID: id, Type: typ, OccurredAt: *env.OccurredAt, OrgID: org, RuleID: rule}, nil
 }
 
 // ParseID parses a UUID in its canonical 36-character form (either case). The

@@ -62,7 +62,7 @@ func (s pgStore) Apply(ctx context.Context, stx sqldb.Tx, events []Event, now in
 	orgs := make([]uuid.UUID, len(events))
 	deltas := make([]int64, len(events))
 	for i, e := range events {
-		ids[i], orgs[i], deltas[i] = e.ID, e.OrgID, e.Delta()
+		ids[i], orgs[i], deltas[i] = e.ID, e.OrgID, e.Delta
 	}
 	var q interface {
 		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -66,7 +66,7 @@ func sqliteApply(ctx context.Context, tx *sql.Tx, events []Event, now int64) (ma
 		}
 		if n == 1 {
 			fresh[e.ID] = true
-			deltas[e.OrgID] += e.Delta()
+			deltas[e.OrgID] += e.Delta
 		}
 	}
 	orgs := make([]uuid.UUID, 0, len(deltas))

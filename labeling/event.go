@@ -1,12 +1,53 @@
 package labeling
 
 import (
+	"context"
 	"errors"
 
 	"github.com/google/uuid"
+
+	"github.com/acme/outboxpair/infra/outbox"
 )
 
-// Event tags, the event_tag of their outbox rows and the "type" billing receives.
+// Events is the one list of the events labeling publishes: whichever
+// EVENTS_TRANSPORT runs turns it into the relay's subscribers (Subscribers), so
+// an event listed here is carried by HTTP and by NATS alike, and a tag appended
+// but missing here is retried until dead-lettered under either. Adding an
+// event: its type below, one Publish line here (docs/events.md).
+func Events() []Publication {
+	return []Publication{
+		Publish[RuleActivated](),
+		Publish[RuleDeactivated](),
+	}
+}
+
+// Publication is one event type labeling publishes, not yet bound to a
+// transport: given the transport's send, it is the relay's subscriber of the
+// type's tag.
+type Publication func(send outbox.Handler) outbox.Subscriber
+
+// Publish is the Publication of E: each row is decoded into E (and validated,
+// if E has Validate) before send carries it, so a row no consumer could apply
+// fails at once instead of being sent.
+func Publish[E outbox.Event]() Publication {
+	return func(send outbox.Handler) outbox.Subscriber {
+		return outbox.Subscribe(func(ctx context.Context, m outbox.Message, _ E) error { return send(ctx, m) })
+	}
+}
+
+// Subscribers binds every event of events to send, the one transport the
+// relay uses (delivery.Client.Deliver or stream.Publisher.Publish): one
+// subscriber per event, none for any other tag.
+func Subscribers(events []Publication, send outbox.Handler) []outbox.Subscriber {
+	subs := make([]outbox.Subscriber, len(events))
+	for i, publish := range events {
+		subs[i] = publish(send)
+	}
+	return subs
+}
+
+// Event tags, the event_tag of their outbox rows and the "type" billing
+// receives: a type billing has no handler for is answered 501 and retried.
 const (
 	TagRuleActivated   = "RuleActivated"
 	TagRuleDeactivated = "RuleDeactivated"

@@ -45,4 +45,24 @@ func TestEvents(t *testing.T) {
 		require.NoError(t, sub.Handle(context.Background(), outbox.Message{Tag: sub.Tag, Payload: json.RawMessage(valid)}))
 		require.Equal(t, 1, called)
 	})
+
+	t.Run("one list gives each transport one subscriber per event, carried by its send", func(t *testing.T) {
+		t.Parallel()
+		var sent []string
+		send := func(_ context.Context, m outbox.Message) error { sent = append(sent, m.Tag); return nil }
+		subs := Subscribers(Events(), send)
+		tags := make([]string, len(subs))
+		for i, sub := range subs {
+			tags[i] = sub.Tag
+		}
+		require.ElementsMatch(t, []string{TagRuleActivated, TagRuleDeactivated}, tags, "every tag the use cases append")
+
+		valid := json.RawMessage(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`)
+		for _, sub := range subs {
+			require.NoError(t, sub.Handle(context.Background(), outbox.Message{Tag: sub.Tag, Payload: valid}))
+			err := sub.Handle(context.Background(), outbox.Message{Tag: sub.Tag, Payload: json.RawMessage(`{}`)})
+			require.True(t, outbox.IsPermanent(err), "a row no consumer could apply fails before it is sent")
+		}
+		require.ElementsMatch(t, tags, sent, "each valid row sent once, by the one transport")
+	})
 }

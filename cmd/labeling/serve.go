@@ -35,12 +35,13 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 	}
 	logger := service.Logger("labeling")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger))
+	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger, labeling.Events()))
 }
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
-// the outbox relay and cleanup, and the rules API behind authentication.
-func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup, logger *slog.Logger) fx.Option {
+// the outbox relay (publishing events) and cleanup, and the rules API behind
+// authentication.
+func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup, logger *slog.Logger, events []labeling.Publication) fx.Option {
 	return fx.Options(
 		fx.Supply(
 			logger,
@@ -64,7 +65,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
-		transport(cfg, logger),
+		transport(cfg, logger, events),
 		fx.Provide(
 			func(db sqldb.DB) web.Pinger { return db },
 			// The stores of the database's dialect, chosen once.
@@ -82,9 +83,10 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 	)
 }
 
-// transport provides the relay's subscribers for EVENTS_TRANSPORT: HTTP posts to
-// BILLING_URL (the default), nats publishes to JetStream (infra/stream).
-func transport(cfg config.Labeling, logger *slog.Logger) fx.Option {
+// transport provides the relay's subscribers: events, each carried by the one
+// transport EVENTS_TRANSPORT chose. HTTP posts to BILLING_URL (the default),
+// nats publishes to JetStream (infra/stream); neither has a list of its own.
+func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publication) fx.Option {
 	if cfg.EventsTransport == config.TransportNATS {
 		return fx.Options(
 			fx.Provide(
@@ -98,40 +100,23 @@ func transport(cfg config.Labeling, logger *slog.Logger) fx.Option {
 						Consumers:       cfg.NATSConsumers,
 					}, logger)
 				},
-				natsSubscribers,
+				func(p *stream.Publisher) []outbox.Subscriber { return labeling.Subscribers(events, p.Publish) },
 			),
 			stream.Module,
 		)
 	}
-	return fx.Provide(
-		func() (*delivery.Client, error) {
-			return delivery.New(delivery.Config{
-				BaseURL:      cfg.BillingURL,
-				Token:        cfg.EventsToken,
-				Timeout:      cfg.HandlerTimeout,
-				MaxIdleConns: cfg.Workers,
-			}, logger)
-		},
-		subscribers,
-	)
-}
-
-// natsSubscribers is subscribers for the NATS transport: the same tags, each
-// published to labeling.events.<tag>. Consumers subscribe to the stream, not here.
-func natsSubscribers(p *stream.Publisher) []outbox.Subscriber {
-	return []outbox.Subscriber{
-		stream.Subscriber[labeling.RuleActivated](p),
-		stream.Subscriber[labeling.RuleDeactivated](p),
-	}
-}
-
-// subscribers is what the relay dispatches each tag to. Every tag labeling
-// appends needs a subscriber here, or its rows are retried until dead-lettered.
-func subscribers(billing *delivery.Client) []outbox.Subscriber {
-	return []outbox.Subscriber{
-		delivery.Subscriber[labeling.RuleActivated](billing),
-		delivery.Subscriber[labeling.RuleDeactivated](billing),
-	}
+	return fx.Provide(func() ([]outbox.Subscriber, error) {
+		billing, err := delivery.New(delivery.Config{
+			BaseURL:      cfg.BillingURL,
+			Token:        cfg.EventsToken,
+			Timeout:      cfg.HandlerTimeout,
+			MaxIdleConns: cfg.Workers,
+		}, logger)
+		if err != nil {
+			return nil, err
+		}
+		return labeling.Subscribers(events, billing.Deliver), nil
+	})
 }
 
 // dbBounds are the database's bounds from the configuration.
