@@ -32,10 +32,6 @@ func docFiles(t *testing.T) []string {
 	return files
 }
 
-// pendingPages are pages the README links to that another change adds.
-// TODO(merge): remove docs/events.md once the add-an-event guide (issue 22, item 2) is merged.
-var pendingPages = []string{"docs/events.md"}
-
 type fenced struct {
 	lang, body string
 	line       int // of the opening fence
@@ -402,9 +398,6 @@ func TestDocsLinks(t *testing.T) {
 			if file == "README.md" {
 				readmeLinks[resolved] = true
 			}
-			if slices.Contains(pendingPages, resolved) {
-				continue
-			}
 			_, err := os.Stat(filepath.Join(root, resolved))
 			require.NoError(t, err, "%s links to %s, which does not exist", file, target)
 			if anchor != "" {
@@ -418,9 +411,6 @@ func TestDocsLinks(t *testing.T) {
 		require.True(t, strings.HasPrefix(lines[0], "# ") && lines[1] == "" && lines[2] != "" && !strings.HasPrefix(lines[2], "#"),
 			"%s starts with its title, a blank line, then the sentence that says which question it answers", file)
 	}
-	for _, page := range pendingPages {
-		require.True(t, readmeLinks[page], "pendingPages lists %s, which README.md does not link to", page)
-	}
 	// The README's map of the docs lists each page once (the old table of
 	// contents listed Tracing twice).
 	seen := map[string]bool{}
@@ -428,7 +418,7 @@ func TestDocsLinks(t *testing.T) {
 		require.False(t, seen[m[1]], "README.md's Documentation lists %s twice", m[1])
 		seen[m[1]] = true
 	}
-	for _, file := range append(docFiles(t)[1:], pendingPages...) {
+	for _, file := range docFiles(t)[1:] {
 		require.True(t, seen[file], "README.md's Documentation does not list %s", file)
 	}
 }
