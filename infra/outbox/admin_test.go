@@ -168,17 +168,17 @@ func TestRequeueReachesRunningRelays(t *testing.T) {
 	later := appendEvents(t, db.Pool, thing{N: 2})[0]
 	r.Nudge()
 	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).FailedAt != nil },
-		10*time.Second, 10*time.Millisecond)
+		20*time.Second, 10*time.Millisecond)
 
 	n, err := outbox.Requeue(ctxT(t), outbox.NewPostgresStore(db.Pool), []uuid.UUID{failed})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Eventually(t, func() bool { return getRow(t, db.Pool, failed).ProcessedAt != nil },
-		3*time.Second, 10*time.Millisecond, "a running relay delivers a requeued row at once, not at its sweep")
+		8*time.Second, 10*time.Millisecond, "a running relay delivers a requeued row at once, not at its sweep (30s away; its polls skip the row below their floor)")
 
 	n, err = outbox.RequeueAllFailed(ctxT(t), outbox.NewPostgresStore(db.Pool))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).ProcessedAt != nil },
-		3*time.Second, 10*time.Millisecond, "so does one requeued with --all-failed")
+		8*time.Second, 10*time.Millisecond, "so does one requeued with --all-failed")
 }

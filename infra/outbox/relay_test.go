@@ -724,7 +724,7 @@ func TestRelayFewerWorkersThanHalfAClaim(t *testing.T) {
 				// The poll is an hour away: only the claim after a full claim can
 				// keep the relay going.
 				require.Eventually(t, func() bool { return count(t, db, "processed_at IS NOT NULL") == 150 },
-					20*time.Second, 20*time.Millisecond, "every row is delivered, however few the workers")
+					60*time.Second, 20*time.Millisecond, "every row is delivered, however few the workers")
 			})
 		}
 	})
