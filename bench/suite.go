@@ -132,10 +132,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		b.res.note("SQLite: every file is opened as the services open theirs (WAL, synchronous=FULL, busy timeout, BEGIN IMMEDIATE on one writer connection); River gets that writer's DSN on the one connection riversqlite's documentation asks for")
 		b.res.note("SQLite: drains are timed from this host's clock read last before the backlog's commit to the last effect's stamp (processed_at / finalized_at for no-op work, a trigger's unixepoch('subsec') at billing's receipt INSERT for a consumer), in ms; latency stamps are triggers at the INSERT of the producer's row and of the receipt, inside their transactions (SQLite has no deferred trigger)")
 		b.res.note("SQLite: the wake-ups are the relay's Nudge in the appending process (in process: after the backlog's commit; over HTTP: one activation POSTed right after it, one of the drain's events) and River's notification table, which its listener polls every 50ms")
+		b.res.note("SQLite: River at its defaults is a reference like River tuned (FetchCooldown 1ms): its 100ms cooldown caps nothing here, River on SQLite staying well below 1,000 jobs/s")
 	} else {
 		b.res.note("drains are timed by the database: from the clock_timestamp() read last in the transaction that commits the backlog (the system started and warmed up before it) to the last effect's stamp (processed_at / finalized_at for no-op work, billing_receipts.bench_at for a consumer)")
+		b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
 	}
-	b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
 	b.res.note("latency percentiles are over every event offered: an event never applied (send skipped or failed, or not applied within -latency-grace) counts as beyond any latency, and a percentile that falls among them prints inf")
 	for round := 1; round <= o.rounds; round++ {
 		logf("round %d of %d", round, o.rounds)
