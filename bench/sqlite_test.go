@@ -16,27 +16,21 @@ import (
 
 func TestSQLiteFlags(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
-		{"its own workloads", []string{"-sqlite", "-only", "noop,consumer,http,latency"}, ""},
-		{"every workload of its own by default", []string{"-sqlite"}, ""},
-		{"a PostgreSQL-only workload is refused", []string{"-sqlite", "-only", "noop,claim"}, `"claim" is not a workload of the SQLite sitting`},
-		{"pgbench's producer is refused", []string{"-sqlite", "-only", "producer"}, `"producer"`},
-		{"no NATS rows", []string{"-sqlite", "-nats", "start"}, "no NATS rows"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := parseFlags(tc.args)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("parseFlags(%q): %v", tc.args, err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("parseFlags(%q) = %v, want an error containing %q", tc.args, err, tc.wantErr)
-			}
-		})
+	for _, args := range [][]string{{"-sqlite"}, {"-sqlite", "-only", "noop,consumer,http,latency"}} {
+		if _, err := parseFlags(args); err != nil {
+			t.Errorf("parseFlags(%q): %v", args, err)
+		}
+	}
+	// What the error says, for each refused command line.
+	refused := map[string][]string{
+		`"claim" is not a workload of the SQLite sitting`: {"-sqlite", "-only", "noop,claim"},
+		`"producer" is not a workload`:                    {"-sqlite", "-only", "producer"},
+		"the SQLite sitting has no NATS rows":             {"-sqlite", "-nats", "start"},
+	}
+	for want, args := range refused {
+		if _, err := parseFlags(args); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseFlags(%q) = %v, want an error containing %q", args, err, want)
+		}
 	}
 }
 
