@@ -12,9 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The HTTP rows run the real binaries, built from the project root with go
@@ -188,21 +185,6 @@ func (b *bench) newDBs(ctx context.Context, producer schema) (prodURL, bilURL st
 	}, nil
 }
 
-// latencyDBs is newDBs with the commit stamps the latency figure reads: stamp
-// on the producer's table and stampReceipts on billing's receipts.
-func (b *bench) latencyDBs(ctx context.Context, producer schema, stamp string) (prodURL, bilURL string, drop func(), err error) {
-	if prodURL, bilURL, drop, err = b.newDBs(ctx, producer); err != nil {
-		return "", "", nil, err
-	}
-	for _, db := range [...]struct{ url, stamp string }{{prodURL, stamp}, {bilURL, stampReceipts}} {
-		if err := installStamp(ctx, db.url, db.stamp); err != nil {
-			drop()
-			return "", "", nil, err
-		}
-	}
-	return prodURL, bilURL, drop, nil
-}
-
 // startPair starts billing, then labeling delivering to it.
 func (b *bench) startPair(ctx context.Context, labURL, bilURL string, t transport) (*pair, error) {
 	bil, err := b.start(ctx, "billing", append([]string{"DATABASE_URL=" + bilURL}, t.bil...))
@@ -230,41 +212,41 @@ func (p *pair) stop() {
 
 // httpDrain starts the pair on fresh databases, waits until both answer
 // /readyz, then commits n events to labeling's outbox in one transaction (with
-// the wake-up a replica's Nudge sends) and measures events/s from that commit
-// to the last receipt's bench_at (drain.go): start-up is not in the figure.
+// the wake-up a replica's Nudge sends on PostgreSQL; on SQLite, where only an
+// append in labeling's own process wakes its relay, n-1 rows and then one
+// activation POSTed) and measures events/s from that commit to the last
+// receipt's stamp (drain.go): start-up is not in the figure.
 func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, error) {
-	labURL, bilURL, drop, err := b.newDBs(ctx, schemaLabeling)
+	lab, err := b.newLabeling(ctx, false)
 	if err != nil {
 		return 0, err
 	}
-	defer drop()
-	lab, err := pgxpool.New(ctx, labURL)
+	defer lab.close()
+	bil, err := b.newBilling(ctx, false)
 	if err != nil {
 		return 0, err
 	}
-	defer lab.Close()
-	bil, err := pgxpool.New(ctx, bilURL)
-	if err != nil {
-		return 0, err
-	}
-	defer bil.Close()
-	if err := installReceiptStamp(ctx, bil); err != nil {
-		return 0, err
+	defer bil.close()
+	if b.opt.sqlite {
+		if err := lab.seed(ctx, latencyRules); err != nil {
+			return 0, err
+		}
 	}
 	if err := t.reset(ctx, b); err != nil {
 		return 0, err
 	}
-	p, err := b.startPair(ctx, labURL, bilURL, t)
+	p, err := b.startPair(ctx, lab.url, bil.url, t)
 	if err != nil {
 		return 0, err
 	}
 	defer p.stop()
+	pr := b.probes()
 	// Over NATS the relay settles a row once the broker has it; billing applies
 	// it later, so the warm-up and the drain wait for billing's receipts too.
 	warmed := 0
-	done := noRow(ctx, lab, pendingProbe)
+	done := noRow(ctx, lab.q, pr.pending)
 	if t.name != "http" {
-		pending, applied := done, countAtLeast(ctx, bil, &warmed)
+		pending, applied := done, countAtLeast(ctx, bil.q, &warmed)
 		done = func() (bool, error) {
 			if ok, err := pending(); !ok || err != nil {
 				return ok, err
@@ -272,45 +254,84 @@ func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, err
 			return applied()
 		}
 	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	woken := 0
+	commit := func(n int) (time.Time, error) {
+		if !b.opt.sqlite {
+			return lab.commit(ctx, n, false)
+		}
+		start := time.Now()
+		if n > 1 {
+			var err error
+			if start, err = lab.commit(ctx, n-1, false); err != nil {
+				return start, err
+			}
+		}
+		r, active := toggle(woken)
+		woken++
+		return start, postActivation(ctx, client, "http://"+p.labeling.addr, r, active)
+	}
 	if _, err := warmUp(ctx, func() (time.Time, error) {
 		warmed++
-		return commitBacklog(ctx, lab, "", func(tx pgx.Tx) error { return fillOutbox(ctx, tx, 1) })
-	}, done, stampOf(ctx, bil, receiptsEndSQL)); err != nil {
+		return commit(1)
+	}, done, stampOf(ctx, bil.q, pr.receiptsEnd)); err != nil {
 		return 0, err
 	}
-	start, err := commitBacklog(ctx, lab, "", func(tx pgx.Tx) error { return fillOutbox(ctx, tx, n) })
+	start, err := commit(n)
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{pool: lab, probe: pendingProbe, countLeft: pendingCountSQL, endPool: bil, endSQL: receiptsEndSQL}
+	probe := drainProbe{q: lab.q, probe: pr.pending, countLeft: pr.pendingCount, endDB: bil.q, endSQL: pr.receiptsEnd}
 	if t.name != "http" {
-		probe.effects, probe.effectsSQL, probe.warmed = bil, receiptsCountSQL, warmed
+		probe.effects, probe.effectsSQL, probe.warmed = bil.q, pr.receiptsCount, warmed
 	}
 	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
 	return b.drainRate(t.name+" drain", n, start, end, left, err)
 }
 
+// postActivation activates (or deactivates) rule r over labeling's HTTP API at
+// base.
+func postActivation(ctx context.Context, client *http.Client, base string, r int, active bool) error {
+	verb := "deactivate"
+	if active {
+		verb = "activate"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		fmt.Sprintf("%s/v1/orgs/%s/rules/%s/%s", base, orgID(r%orgs), ruleID(r), verb), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s rule %d: %s", verb, r, resp.Status)
+	}
+	return nil
+}
+
 // httpLatency offers activations over labeling's HTTP API at rate for the
 // latency duration, through the real pair.
 func (b *bench) httpLatency(ctx context.Context, rate int, t transport) (latency, error) {
-	labURL, bilURL, drop, err := b.latencyDBs(ctx, schemaLabeling, stampOutbox)
+	lab, err := b.newLabeling(ctx, true)
 	if err != nil {
 		return latency{}, err
 	}
-	defer drop()
-	lab, err := pgxpool.New(ctx, labURL)
+	defer lab.close()
+	bil, err := b.newBilling(ctx, true)
 	if err != nil {
 		return latency{}, err
 	}
-	err = seedRules(ctx, lab, latencyRules/rulesPerClient)
-	lab.Close()
-	if err != nil {
+	defer bil.close()
+	if err := lab.seed(ctx, latencyRules); err != nil {
 		return latency{}, err
 	}
 	if err := t.reset(ctx, b); err != nil {
 		return latency{}, err
 	}
-	p, err := b.startPair(ctx, labURL, bilURL, t)
+	p, err := b.startPair(ctx, lab.url, bil.url, t)
 	if err != nil {
 		return latency{}, err
 	}
@@ -320,27 +341,10 @@ func (b *bench) httpLatency(ctx context.Context, rate int, t transport) (latency
 		Transport: &http.Transport{MaxIdleConnsPerHost: latencySenders, MaxConnsPerHost: latencySenders},
 	}
 	base := "http://" + p.labeling.addr
-	return measureLatency(ctx, labURL, bilURL, b.opt.latencyGrace, func() (offered, error) {
+	return measureLatency(ctx, lab.q, bil.q, b.opt.latencyGrace, func() (offered, error) {
 		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
 			r, active := toggle(k)
-			verb := "deactivate"
-			if active {
-				verb = "activate"
-			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-				fmt.Sprintf("%s/v1/orgs/%s/rules/%s/%s", base, orgID(r%orgs), ruleID(r), verb), nil)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s rule %d: %s", verb, r, resp.Status)
-			}
-			return nil
+			return postActivation(ctx, client, base, r, active)
 		})
 	})
 }

@@ -103,8 +103,7 @@ func (b *bench) claimCost(ctx context.Context) error {
 		return err
 	}
 	defer relayPool.Close()
-	s, _, _ := noopSubs(ctx)
-	relay, err := outbox.NewRelay(outbox.NewPostgresStore(relayPool), b.relayCfg, s, quiet())
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(relayPool), b.relayCfg, noopSubs(), quiet())
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -95,6 +96,15 @@ func commitBacklog(ctx context.Context, pool *pgxpool.Pool, analyzeTable string,
 	return start, nil
 }
 
+// analyzedTable is the table to ANALYZE in an analyzed drain's backlog
+// transaction: none when not analyzed.
+func analyzedTable(analyzed bool, table string) string {
+	if analyzed {
+		return table
+	}
+	return ""
+}
+
 // createdAhead is how far after the backlog's transaction began its rows'
 // created_at start. The relay's scan floor rises to its clock less 2s on every
 // claim that finds nothing (infra/outbox claim.go), and it claims while the
@@ -127,21 +137,21 @@ func fillOutbox(ctx context.Context, tx pgx.Tx, n int) error {
 
 // drainProbe is how a drain knows it is done and when it ended.
 type drainProbe struct {
-	pool      *pgxpool.Pool // where the probe and the count run
-	probe     string        // a row while work is pending
-	countLeft string        // rows left, read only when the drain is cut off
+	q         db     // where the probe and the count run
+	probe     string // a row while work is pending
+	countLeft string // rows left, read only when the drain is cut off
 	// effects, when set, must hold n rows before the drain is done (the NATS
 	// consumer applies after the relay settled): counted only once the probe
 	// found nothing pending.
-	effects    *pgxpool.Pool
+	effects    db
 	effectsSQL string
-	warmed     int           // receipts the warm-up left, counted by effectsSQL too
-	endPool    *pgxpool.Pool // where endSQL runs
+	warmed     int // receipts the warm-up left, counted by effectsSQL too
+	endDB      db  // where endSQL runs
 	endSQL     string
 }
 
 // wait polls until the drain is done, ctx ends, or limit passes (errLimit,
-// with the rows left and the server's clock as the end).
+// with the rows left and the database's clock as the end).
 func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end time.Time, left int64, err error) {
 	deadline := time.Now().Add(limit)
 	for {
@@ -150,26 +160,23 @@ func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end t
 			return time.Time{}, 0, err
 		}
 		if done {
-			var end *time.Time
-			if err := p.endPool.QueryRow(ctx, p.endSQL).Scan(&end); err != nil {
+			end, err := stampOf(ctx, p.endDB, p.endSQL)()
+			if err != nil {
 				return time.Time{}, 0, fmt.Errorf("end stamp: %w", err)
 			}
-			if end == nil {
-				return time.Time{}, 0, errors.New("end stamp: no row was stamped")
-			}
-			return *end, 0, nil
+			return end, 0, nil
 		}
 		if time.Now().After(deadline) {
 			if p.effects != nil {
 				var got int64
-				if err := p.effects.QueryRow(ctx, p.effectsSQL).Scan(&got); err != nil {
+				if err := p.effects.one(ctx, p.effectsSQL, &got); err != nil {
 					return time.Time{}, 0, err
 				}
 				left = int64(n+p.warmed) - got
-			} else if err := p.pool.QueryRow(ctx, p.countLeft).Scan(&left); err != nil {
+			} else if err := p.q.one(ctx, p.countLeft, &left); err != nil {
 				return time.Time{}, 0, err
 			}
-			if err := p.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&end); err != nil {
+			if end, err = p.q.clock(ctx); err != nil {
 				return time.Time{}, 0, err
 			}
 			return end, max(left, 1), errLimit
@@ -183,27 +190,20 @@ func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end t
 }
 
 func (p drainProbe) done(ctx context.Context, n int) (bool, error) {
-	var one int
-	err := p.pool.QueryRow(ctx, p.probe).Scan(&one)
+	pending, err := noRow(ctx, p.q, p.probe)()
 	switch {
-	case err == nil:
-		return false, nil
-	case !errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
 		return false, fmt.Errorf("probe: %w", err)
+	case !pending:
+		return false, nil
 	case p.effects == nil:
 		return true, nil
 	}
 	var got int64
-	if err := p.effects.QueryRow(ctx, p.effectsSQL).Scan(&got); err != nil {
+	if err := p.effects.one(ctx, p.effectsSQL, &got); err != nil {
 		return false, err
 	}
 	return got >= int64(n+p.warmed), nil
-}
-
-// installReceiptStamp adds billing_receipts.bench_at to a billing database.
-func installReceiptStamp(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, stampReceiptsColumn)
-	return err
 }
 
 // warmUp makes sure the system's wake-up path works before the clock starts:
@@ -250,10 +250,10 @@ func warmUp(ctx context.Context, commit func() (time.Time, error), done func() (
 }
 
 // stampOf is end() for warmUp: the end stamp query's value.
-func stampOf(ctx context.Context, pool *pgxpool.Pool, endSQL string) func() (time.Time, error) {
+func stampOf(ctx context.Context, q db, endSQL string) func() (time.Time, error) {
 	return func() (time.Time, error) {
-		var at *time.Time
-		if err := pool.QueryRow(ctx, endSQL).Scan(&at); err != nil {
+		at, err := q.at(ctx, endSQL)
+		if err != nil {
 			return time.Time{}, err
 		}
 		if at == nil {
@@ -272,11 +272,11 @@ const (
 )
 
 // noRow is done() for a probe: true when the probe returns no row.
-func noRow(ctx context.Context, pool *pgxpool.Pool, probe string) func() (bool, error) {
+func noRow(ctx context.Context, q db, probe string) func() (bool, error) {
 	return func() (bool, error) {
 		var one int
-		err := pool.QueryRow(ctx, probe).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
+		err := q.one(ctx, probe, &one)
+		if errors.Is(err, errNoRow) {
 			return true, nil
 		}
 		return false, err
@@ -284,10 +284,83 @@ func noRow(ctx context.Context, pool *pgxpool.Pool, probe string) func() (bool, 
 }
 
 // countAtLeast is done() for the NATS pair: billing holds at least *n receipts.
-func countAtLeast(ctx context.Context, pool *pgxpool.Pool, n *int) func() (bool, error) {
+func countAtLeast(ctx context.Context, q db, n *int) func() (bool, error) {
 	return func() (bool, error) {
 		var got int
-		err := pool.QueryRow(ctx, receiptsCountSQL).Scan(&got)
+		err := q.one(ctx, receiptsCountSQL, &got)
 		return got >= *n, err
 	}
+}
+
+// db is what the probes and the clocks read of a database, in either dialect.
+type db interface {
+	// one scans the query's first row into dest; errNoRow when it has none.
+	one(ctx context.Context, query string, dest ...any) error
+	// at reads the one time value the query returns (NULL: nil): a timestamptz
+	// on PostgreSQL, epoch milliseconds on SQLite.
+	at(ctx context.Context, query string) (*time.Time, error)
+	// clock is the time now on the clock the database's stamps use.
+	clock(ctx context.Context) (time.Time, error)
+	// stamps reads bench_stamp (latency.go): event id to the stamp its
+	// trigger took.
+	stamps(ctx context.Context) (map[uuid.UUID]time.Time, error)
+}
+
+// errNoRow is one() on a query that returned no row, in either dialect.
+var errNoRow = errors.New("no row")
+
+// pgDB is db on a PostgreSQL pool: the server's clock.
+type pgDB struct{ *pgxpool.Pool }
+
+func (p pgDB) one(ctx context.Context, query string, dest ...any) error {
+	return noRowAs(p.QueryRow(ctx, query).Scan(dest...), pgx.ErrNoRows)
+}
+
+// noRowAs is err, with none (a driver's "no rows") as errNoRow.
+func noRowAs(err, none error) error {
+	if errors.Is(err, none) {
+		return errNoRow
+	}
+	return err
+}
+
+func (p pgDB) at(ctx context.Context, query string) (*time.Time, error) {
+	var at *time.Time
+	err := p.QueryRow(ctx, query).Scan(&at)
+	return at, err
+}
+
+func (p pgDB) clock(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	err := p.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now)
+	return now, err
+}
+
+func (p pgDB) stamps(ctx context.Context) (map[uuid.UUID]time.Time, error) {
+	rows, err := p.Query(ctx, `SELECT id, at FROM bench_stamp`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return collectStamps(rows, func(scan func(...any) error) (id uuid.UUID, at time.Time, err error) {
+		err = scan(&id, &at)
+		return id, at, err
+	})
+}
+
+// collectStamps reads bench_stamp's rows, each scanned by row.
+func collectStamps(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+}, row func(scan func(...any) error) (uuid.UUID, time.Time, error)) (map[uuid.UUID]time.Time, error) {
+	m := map[uuid.UUID]time.Time{}
+	for rows.Next() {
+		id, at, err := row(rows.Scan)
+		if err != nil {
+			return nil, err
+		}
+		m[id] = at
+	}
+	return m, rows.Err()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
@@ -168,7 +169,12 @@ func migrateRiver(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer pool.Close()
-	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	return migrateRiverWith(ctx, riverpgxv5.New(pool))
+}
+
+// migrateRiverWith applies River's migrations through driver.
+func migrateRiverWith[TTx any](ctx context.Context, driver riverdriver.Driver[TTx]) error {
+	m, err := rivermigrate.New(driver, nil)
 	if err != nil {
 		return err
 	}
@@ -222,18 +228,25 @@ func (e *env) close() {
 
 // machine describes where the figures were taken.
 type machine struct {
-	Host, CPU, Cores, Postgres string
-	Settings                   [][2]string
-	Relay                      string // the relay settings every row ran with
+	Host, CPU, Cores  string
+	DBName, DBVersion string // "PostgreSQL" or "SQLite", and its version
+	Settings          [][2]string
+	Relay             string // the relay settings every row ran with
 }
 
-func (e *env) machine(ctx context.Context) machine {
+// hostMachine is the host's part of machine.
+func hostMachine() machine {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "(unknown)"
 	}
-	m := machine{Host: host, CPU: cpuModel(), Cores: fmt.Sprint(runtime.NumCPU())}
-	_ = e.admin.QueryRow(ctx, `SHOW server_version`).Scan(&m.Postgres)
+	return machine{Host: host, CPU: cpuModel(), Cores: fmt.Sprint(runtime.NumCPU())}
+}
+
+func (e *env) machine(ctx context.Context) machine {
+	m := hostMachine()
+	m.DBName = "PostgreSQL"
+	_ = e.admin.QueryRow(ctx, `SHOW server_version`).Scan(&m.DBVersion)
 	for _, s := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_connections",
 		"wal_level", "checkpoint_timeout", "max_wal_size", "autovacuum", "work_mem"} {
 		var v string

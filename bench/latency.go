@@ -12,6 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/labeling"
 )
 
 // Commit-to-effect latency is measured commit to commit, by the database's own
@@ -21,24 +24,43 @@ import (
 // of its database. Both databases are on one server, so it is one clock. The
 // triggers exist only in the benchmark's own databases.
 
-// stampSQL installs the trigger on table, recording the key expression.
-func stampSQL(table, key string) string {
+// stampSQL installs the stamp on table (one of stampKeys), recording the
+// event's id: on PostgreSQL a deferred constraint trigger (above), on SQLite,
+// which has none, a trigger at the INSERT (sqlite.go).
+func stampSQL(lite bool, table string) string {
+	if lite {
+		return `
+CREATE TABLE bench_stamp (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+CREATE TRIGGER bench_stamp AFTER INSERT ON ` + table + ` BEGIN
+	INSERT OR IGNORE INTO bench_stamp (id, at) VALUES (` + stampKeys[table][1] + `, CAST(round(unixepoch('subsec') * 1000) AS INTEGER));
+END;`
+	}
 	return `
 CREATE TABLE bench_stamp (id uuid PRIMARY KEY, at timestamptz NOT NULL);
 CREATE FUNCTION bench_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO bench_stamp (id, at) VALUES (` + key + `, clock_timestamp()) ON CONFLICT DO NOTHING;
+	INSERT INTO bench_stamp (id, at) VALUES (` + stampKeys[table][0] + `, clock_timestamp()) ON CONFLICT DO NOTHING;
 	RETURN NULL;
 END $$;
 CREATE CONSTRAINT TRIGGER bench_stamp AFTER INSERT ON ` + table + `
 	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION bench_stamp();`
 }
 
-var (
-	stampOutbox   = stampSQL("outbox_events", "NEW.id")
-	stampRiver    = stampSQL("river_job", "(NEW.args->>'id')::uuid")
-	stampReceipts = stampSQL("billing_receipts", "NEW.event_id")
-)
+// stampIf is stampSQL when stamp is set, else nothing.
+func stampIf(stamp, lite bool, table string) string {
+	if !stamp {
+		return ""
+	}
+	return stampSQL(lite, table)
+}
+
+// stampKeys is the event id of each stamped table's new row, on PostgreSQL
+// and on SQLite (River's args are JSONB there).
+var stampKeys = map[string][2]string{
+	"outbox_events":    {"NEW.id", "NEW.id"},
+	"river_job":        {"(NEW.args->>'id')::uuid", "json_extract(NEW.args, '$.id')"},
+	"billing_receipts": {"NEW.event_id", "NEW.event_id"},
+}
 
 func installStamp(ctx context.Context, dbURL, sql string) error {
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -163,26 +185,17 @@ loop:
 }
 
 // measureLatency runs the offered load (run returns when it ends), then reads
-// the stamps: the backlog at once, then again after waiting up to grace for the
-// consumer to catch up.
-func measureLatency(ctx context.Context, producerURL, consumerURL string, grace time.Duration, run func() (offered, error)) (latency, error) {
-	prod, err := pgxpool.New(ctx, producerURL)
-	if err != nil {
-		return latency{}, err
-	}
-	defer prod.Close()
-	cons, err := pgxpool.New(ctx, consumerURL)
-	if err != nil {
-		return latency{}, err
-	}
-	defer cons.Close()
+// the stamps of prod (the producer's database) and cons (billing's): the
+// backlog at once, then again after waiting up to grace for the consumer to
+// catch up.
+func measureLatency(ctx context.Context, prod, cons db, grace time.Duration, run func() (offered, error)) (latency, error) {
 	gen, err := run()
 	if err != nil {
 		return latency{}, err
 	}
-	count := func(p *pgxpool.Pool) (int64, error) {
+	count := func(q db) (int64, error) {
 		var n int64
-		err := p.QueryRow(ctx, `SELECT count(*) FROM bench_stamp`).Scan(&n)
+		err := q.one(ctx, `SELECT count(*) FROM bench_stamp`, &n)
 		return n, err
 	}
 	committed, err := count(prod)
@@ -205,11 +218,11 @@ func measureLatency(ctx context.Context, producerURL, consumerURL string, grace 
 			return latency{}, err
 		}
 	}
-	commits, err := stamps(ctx, prod)
+	commits, err := prod.stamps(ctx)
 	if err != nil {
 		return latency{}, err
 	}
-	effects, err := stamps(ctx, cons)
+	effects, err := cons.stamps(ctx)
 	if err != nil {
 		return latency{}, err
 	}
@@ -228,24 +241,6 @@ func measureLatency(ctx context.Context, producerURL, consumerURL string, grace 
 	ps := latencyOver(lat, gen.total, 50, 99, 100)
 	out.p50, out.p99, out.max = ps[0], ps[1], ps[2]
 	return out, nil
-}
-
-func stamps(ctx context.Context, pool *pgxpool.Pool) (map[uuid.UUID]time.Time, error) {
-	rows, err := pool.Query(ctx, `SELECT id, at FROM bench_stamp`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m := map[uuid.UUID]time.Time{}
-	for rows.Next() {
-		var id uuid.UUID
-		var at time.Time
-		if err := rows.Scan(&id, &at); err != nil {
-			return nil, err
-		}
-		m[id] = at
-	}
-	return m, rows.Err()
 }
 
 // addLatency records one run's figures under "lat/<system>/<rate>/...".
@@ -278,27 +273,23 @@ const latencySenders = 64
 
 // projectLatency: in-process relay applying with billing's Apply; the producer
 // appends in its own transaction and nudges the relay after the commit, as a
-// labeling use case does.
+// labeling use case does (on SQLite it is labeling's own use case, on the
+// process's one writer).
 func (b *bench) projectLatency(ctx context.Context, rate int) (latency, error) {
-	labURL, bilURL, drop, err := b.latencyDBs(ctx, schemaLabeling, stampOutbox)
+	lab, err := b.newLabeling(ctx, true)
 	if err != nil {
 		return latency{}, err
 	}
-	defer drop()
-	pool, err := open(ctx, labURL)
+	defer lab.close()
+	bil, err := b.newBilling(ctx, true)
 	if err != nil {
 		return latency{}, err
 	}
-	defer pool.Close()
-	if err := seedRules(ctx, pool, latencyRules/rulesPerClient); err != nil {
+	defer bil.close()
+	if err := lab.seed(ctx, latencyRules); err != nil {
 		return latency{}, err
 	}
-	subs, cleanup, err := b.consumerSubs(bilURL)(ctx)
-	if err != nil {
-		return latency{}, err
-	}
-	defer cleanup()
-	relay, err := newRelay(pool, b.relayCfg, subs)
+	relay, err := newRelay(lab.store, b.relayCfg, applySubs(billing.NewService(bil.port, quiet())))
 	if err != nil {
 		return latency{}, err
 	}
@@ -306,26 +297,59 @@ func (b *bench) projectLatency(ctx context.Context, rate int) (latency, error) {
 		return latency{}, err
 	}
 	defer stopRelay(relay.Relay) //nolint:errcheck
-	prodCfg, err := pgxpool.ParseConfig(labURL)
+	produce, closeProducer, err := b.producer(ctx, lab, relay)
 	if err != nil {
 		return latency{}, err
+	}
+	defer closeProducer()
+	return measureLatency(ctx, lab.q, bil.q, b.opt.latencyGrace, func() (offered, error) {
+		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
+			r, active := toggle(k)
+			return produce(ctx, r, active)
+		})
+	})
+}
+
+// producer returns the latency figure's producer transaction on lab: on
+// PostgreSQL the guarded UPDATE and Append (activate) on a pool of one
+// connection per sender, then the relay's Nudge; on SQLite labeling's own
+// Activate and Deactivate, which nudge the relay themselves.
+func (b *bench) producer(ctx context.Context, lab *labelingDB, relay relayHandle) (func(ctx context.Context, r int, active bool) error, func(), error) {
+	if lab.pool == nil {
+		svc := labeling.NewService(lab.port, labeling.NewStore(lab.port), lab.store, relay.Relay)
+		return func(ctx context.Context, r int, active bool) error {
+			org, err := labeling.ParseOrgID(orgID(r % orgs).String())
+			if err != nil {
+				return err
+			}
+			id, err := labeling.ParseRuleID(ruleID(r).String())
+			if err != nil {
+				return err
+			}
+			if active {
+				_, err = svc.Activate(ctx, org, id)
+			} else {
+				_, err = svc.Deactivate(ctx, org, id)
+			}
+			return err
+		}, func() {}, nil
+	}
+	prodCfg, err := pgxpool.ParseConfig(lab.url)
+	if err != nil {
+		return nil, nil, err
 	}
 	prodCfg.MaxConns = latencySenders
 	prodPool, err := pgxpool.NewWithConfig(ctx, prodCfg)
 	if err != nil {
-		return latency{}, err
+		return nil, nil, err
 	}
-	defer prodPool.Close()
-	return measureLatency(ctx, labURL, bilURL, b.opt.latencyGrace, func() (offered, error) {
-		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
-			r, active := toggle(k)
-			if _, err := activate(ctx, prodPool, r, active); err != nil {
-				return err
-			}
-			relay.nudge()
-			return nil
-		})
-	})
+	return func(ctx context.Context, r int, active bool) error {
+		if _, err := activate(ctx, prodPool, r, active); err != nil {
+			return err
+		}
+		relay.nudge()
+		return nil
+	}, prodPool.Close, nil
 }
 
 // latencyRules is how many rules an offered-rate run toggles in turn: at
@@ -342,54 +366,23 @@ func toggle(k int) (rule int, active bool) {
 // riverLatency: River client, the producer inserting one job per transaction
 // (InsertTx), the worker running the consumer transaction.
 func (b *bench) riverLatency(ctx context.Context, v riverVariant, rate int) (latency, error) {
-	rivURL, bilURL, drop, err := b.latencyDBs(ctx, schemaRiver, stampRiver)
+	bil, err := b.newBilling(ctx, true)
 	if err != nil {
 		return latency{}, err
 	}
-	defer drop()
-	pool, err := open(ctx, rivURL)
+	defer bil.close()
+	r, err := b.newRiverDB(ctx, v, bil, true)
 	if err != nil {
 		return latency{}, err
 	}
-	defer pool.Close()
-	bil, err := open(ctx, bilURL)
-	if err != nil {
+	defer r.close()
+	if err := r.start(ctx); err != nil {
 		return latency{}, err
 	}
-	defer bil.Close()
-	client, err := newRiver(pool, bil, v)
-	if err != nil {
-		return latency{}, err
-	}
-	if err := client.Start(ctx); err != nil {
-		return latency{}, err
-	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = client.Stop(stopCtx)
-	}()
-	prodCfg, err := pgxpool.ParseConfig(rivURL)
-	if err != nil {
-		return latency{}, err
-	}
-	prodCfg.MaxConns = latencySenders
-	prodPool, err := pgxpool.NewWithConfig(ctx, prodCfg)
-	if err != nil {
-		return latency{}, err
-	}
-	defer prodPool.Close()
-	return measureLatency(ctx, rivURL, bilURL, b.opt.latencyGrace, func() (offered, error) {
+	defer stopRiver(ctx, r) //nolint:errcheck
+	return measureLatency(ctx, r.q, bil.q, b.opt.latencyGrace, func() (offered, error) {
 		return offer(ctx, rate, b.opt.latencyDuration, latencySenders, func(ctx context.Context, k int) error {
-			tx, err := prodPool.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-			if _, err := client.InsertTx(ctx, tx, consumeArgs{ID: uuid.New(), Org: orgID(k % orgs)}, nil); err != nil {
-				return err
-			}
-			return tx.Commit(ctx)
+			return r.produce(ctx, consumeArgs{ID: uuid.New(), Org: orgID(k % orgs)})
 		})
 	})
 }

@@ -41,6 +41,7 @@ type options struct {
 	drainLimit       time.Duration
 	nats             string
 	relaySet         string
+	sqlite           bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -66,6 +67,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.drainLimit, "drain-limit", 5*time.Minute, "a drain that takes longer fails")
 	fs.StringVar(&o.nats, "nats", "", "also run the NATS rows: a loopback JetStream URL, or \"start\" to run a private nats-server")
 	fs.StringVar(&o.relaySet, "relay-set", "", "outbox.Config fields set on the in-process relays, e.g. \"ClaimSize=50\"")
+	fs.BoolVar(&o.sqlite, "sqlite", false, "the SQLite sitting: the pair on SQLite files beside River on SQLite (riversqlite); workloads "+strings.Join(sqliteWorkloads, ",")+", no PostgreSQL needed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -81,6 +83,14 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("-only: unknown workload %q (have %s)", w, strings.Join(workloadNames, ","))
 		}
 	}
+	if o.sqlite {
+		if err := sqliteOnly(o.only); err != nil {
+			return o, err
+		}
+		if o.nats != "" {
+			return o, fmt.Errorf("-nats: the SQLite sitting has no NATS rows")
+		}
+	}
 	if o.rounds < 1 {
 		return o, fmt.Errorf("-rounds must be at least 1")
 	}
@@ -88,6 +98,10 @@ func parseFlags(args []string) (options, error) {
 }
 
 func (o options) summary() string {
+	if o.sqlite {
+		return fmt.Sprintf("-sqlite -backlog %d -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -latency-grace %s -drain-limit %s -relay-set %q",
+			o.backlog, o.consumerBacklog, o.httpBacklog, o.rates, o.latencyDuration, o.latencyGrace, o.drainLimit, o.relaySet)
+	}
 	return fmt.Sprintf("-backlog %d -small %d -big %d -scale-analyzed=%t -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -producer-duration %s -pgbench-duration %s -settled %d -claim-batches %d -nats %q -relay-set %q",
 		o.backlog, o.small, o.big, o.scaleAnalyzed, o.consumerBacklog, o.httpBacklog, o.rates, o.latencyDuration,
 		o.producerDuration, o.pgbenchDuration, o.settled, o.claimBatches, o.nats, o.relaySet)

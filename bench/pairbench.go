@@ -137,8 +137,7 @@ func (b *bench) capturePairSQL(ctx context.Context) (pairSQL, error) {
 	if err := preloadOutbox(ctx, pool, limit); err != nil {
 		return pairSQL{}, err
 	}
-	s, _, _ := noopSubs(ctx)
-	relay, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, s, quiet())
+	relay, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, noopSubs(), quiet())
 	if err != nil {
 		return pairSQL{}, err
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/labeling"
 )
 
@@ -32,15 +31,7 @@ const orgs = 100
 // only, by reflection, so that a field added later can be set without changing
 // this program.
 func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
-	c, err := config.LoadLabeling(func(name string) (string, bool) {
-		switch name {
-		case "DATABASE_URL":
-			return "postgres://bench@127.0.0.1:5432/bench", true // never used: the pools are the benchmark's own
-		case "EVENTS_TOKEN":
-			return eventsToken, true
-		}
-		return lookup(name)
-	})
+	c, err := loadLabeling(lookup)
 	if err != nil {
 		return outbox.Config{}, fmt.Errorf("labeling configuration from the environment: %w", err)
 	}
@@ -74,6 +65,20 @@ func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// loadLabeling is labeling's configuration as the binaries read it from
+// lookup, with the two variables the benchmark sets itself.
+func loadLabeling(lookup config.Lookup) (config.Labeling, error) {
+	return config.LoadLabeling(func(name string) (string, bool) {
+		switch name {
+		case "DATABASE_URL":
+			return "postgres://bench@127.0.0.1:5432/bench", true // never used: the pools are the benchmark's own
+		case "EVENTS_TOKEN":
+			return eventsToken, true
+		}
+		return lookup(name)
+	})
 }
 
 func setField(f reflect.Value, val string) error {
@@ -164,27 +169,23 @@ func rateOf(n int, left int64, start, end time.Time) (float64, error) {
 	return float64(int64(n)-left) / d.Seconds(), nil
 }
 
-// projectDrain measures rows/s of one in-process relay (pgx pool at its
-// defaults) draining a backlog of n rows with subs, timed as drain.go says.
-// consumer, when set, is the billing database subs apply to: the drain then ends
-// at its last receipt.
-func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, consumer *pgxpool.Pool, subs func(context.Context) ([]outbox.Subscriber, func(), error)) (float64, error) {
-	dbURL, err := b.env.create(ctx, schemaLabeling)
+// projectDrain measures rows/s of one in-process relay draining a backlog of
+// n rows, timed as drain.go says, on a fresh labeling database (the pool or
+// files the services open). With bil set the relay applies each event with
+// billing's Apply on bil, and the drain ends at its last receipt; else its
+// subscribers do nothing.
+func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, bil *billingDB) (float64, error) {
+	lab, err := b.newLabeling(ctx, false)
 	if err != nil {
 		return 0, err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), dbURL)
-	pool, err := open(ctx, dbURL)
-	if err != nil {
-		return 0, err
+	defer lab.close()
+	pr := b.probes()
+	subs, endDB, endSQL := noopSubs(), lab.q, pr.noopEnd
+	if bil != nil {
+		subs, endDB, endSQL = applySubs(billing.NewService(bil.port, quiet())), bil.q, pr.receiptsEnd
 	}
-	defer pool.Close()
-	s, cleanup, err := subs(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer cleanup()
-	relay, err := outbox.NewRelay(outbox.NewPostgresStore(pool), b.relayCfg, s, quiet())
+	relay, err := newRelay(lab.store, b.relayCfg, subs)
 	if err != nil {
 		return 0, err
 	}
@@ -194,34 +195,35 @@ func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, consumer
 	stopped := false
 	defer func() {
 		if !stopped {
-			_ = stopRelay(relay) // an error path: the database is dropped anyway
+			_ = stopRelay(relay.Relay) // an error path: the database is dropped anyway
 		}
 	}()
-	endPool, endSQL := pool, noopEndSQL
-	if consumer != nil {
-		endPool, endSQL = consumer, receiptsEndSQL
+	// On PostgreSQL the backlog's transaction carries the relays' wake-up; on
+	// SQLite the appending process nudges its relay after the commit, as a use
+	// case does (a Nudge there only wakes the relay: nothing is broadcast).
+	commit := func(n int, analyzed bool) (time.Time, error) {
+		start, err := lab.commit(ctx, n, analyzed)
+		if err == nil && b.opt.sqlite {
+			relay.nudge()
+		}
+		return start, err
 	}
-	if _, err := warmUp(ctx, func() (time.Time, error) {
-		return commitBacklog(ctx, pool, "", func(tx pgx.Tx) error { return fillOutbox(ctx, tx, 1) })
-	}, noRow(ctx, pool, pendingProbe), stampOf(ctx, endPool, endSQL)); err != nil {
+	if _, err := warmUp(ctx, func() (time.Time, error) { return commit(1, false) },
+		noRow(ctx, lab.q, pr.pending), stampOf(ctx, endDB, endSQL)); err != nil {
 		return 0, err
 	}
-	analyzeTable := ""
-	if analyzed {
-		analyzeTable = "outbox_events"
-	}
-	start, err := commitBacklog(ctx, pool, analyzeTable, func(tx pgx.Tx) error { return fillOutbox(ctx, tx, n) })
+	start, err := commit(n, analyzed)
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{pool: pool, probe: pendingProbe, countLeft: pendingCountSQL, endPool: endPool, endSQL: endSQL}
+	probe := drainProbe{q: lab.q, probe: pr.pending, countLeft: pr.pendingCount, endDB: endDB, endSQL: endSQL}
 	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
 	rate, err := b.drainRate(fmt.Sprintf("project drain of %d", n), n, start, end, left, err)
 	if err != nil {
 		return 0, err
 	}
 	stopped = true
-	if err := stopRelay(relay); err != nil {
+	if err := stopRelay(relay.Relay); err != nil {
 		return 0, err
 	}
 	return rate, nil
@@ -233,24 +235,13 @@ func stopRelay(r *outbox.Relay) error {
 	return r.Stop(ctx)
 }
 
-func noopSubs(context.Context) ([]outbox.Subscriber, func(), error) {
+func noopSubs() []outbox.Subscriber {
 	noop := func(context.Context, outbox.Message) error { return nil }
-	return []outbox.Subscriber{{Tag: labeling.TagRuleActivated, Handle: noop}, {Tag: labeling.TagRuleDeactivated, Handle: noop}}, func() {}, nil
+	return []outbox.Subscriber{{Tag: labeling.TagRuleActivated, Handle: noop}, {Tag: labeling.TagRuleDeactivated, Handle: noop}}
 }
 
-// consumerSubs returns subscribers that apply each event with billing's own
-// Apply (receipt and quota change in one transaction) on a fresh billing
-// database, in process.
-func (b *bench) consumerSubs(billingURL string) func(context.Context) ([]outbox.Subscriber, func(), error) {
-	return func(ctx context.Context) ([]outbox.Subscriber, func(), error) {
-		pool, err := open(ctx, billingURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		return applySubs(billing.NewService(postgres.NewDB(pool), quiet())), pool.Close, nil
-	}
-}
-
+// applySubs are subscribers that apply each event with billing's own Apply
+// (receipt and quota change in one transaction), in process.
 func applySubs(svc *billing.Service) []outbox.Subscriber {
 	return labeling.Subscribers(labeling.Events(), func(ctx context.Context, m outbox.Message) error {
 		e, err := svc.Decode(m.ID, m.Tag, m.CreatedAt, m.Payload)
@@ -265,20 +256,12 @@ func applySubs(svc *billing.Service) []outbox.Subscriber {
 // projectConsumerDrain is the relay applying a backlog of n events to billing
 // in process.
 func (b *bench) projectConsumerDrain(ctx context.Context, n int) (float64, error) {
-	billingURL, err := b.env.create(ctx, schemaBilling)
+	bil, err := b.newBilling(ctx, false)
 	if err != nil {
 		return 0, err
 	}
-	defer b.env.drop(context.WithoutCancel(ctx), billingURL)
-	bil, err := open(ctx, billingURL)
-	if err != nil {
-		return 0, err
-	}
-	defer bil.Close()
-	if err := installReceiptStamp(ctx, bil); err != nil {
-		return 0, err
-	}
-	return b.projectDrain(ctx, n, false, bil, b.consumerSubs(billingURL))
+	defer bil.close()
+	return b.projectDrain(ctx, n, false, bil)
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -287,8 +270,8 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // this program builds against any version of the relay that keeps NewRelay.
 type relayHandle struct{ *outbox.Relay }
 
-func newRelay(pool *pgxpool.Pool, cfg outbox.Config, subs []outbox.Subscriber) (relayHandle, error) {
-	r, err := outbox.NewRelay(outbox.NewPostgresStore(pool), cfg, subs, quiet())
+func newRelay(store outbox.Store, cfg outbox.Config, subs []outbox.Subscriber) (relayHandle, error) {
+	r, err := outbox.NewRelay(store, cfg, subs, quiet())
 	return relayHandle{r}, err
 }
 

@@ -184,7 +184,7 @@ func orDash(s string) string {
 // writeReport prints the machine, the table and the notes.
 func writeReport(w io.Writer, m machine, o options, res *results, rows []row, took time.Duration) {
 	fmt.Fprintf(w, "\n## Results (%s, %d round(s), medians; took %s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), o.rounds, took.Round(time.Second))
-	fmt.Fprintf(w, "- host: %s; CPU: %s, %s cores\n- PostgreSQL: %s\n", m.Host, m.CPU, m.Cores, m.Postgres)
+	fmt.Fprintf(w, "- host: %s; CPU: %s, %s cores\n- %s: %s\n", m.Host, m.CPU, m.Cores, m.DBName, m.DBVersion)
 	var set []string
 	for _, s := range m.Settings {
 		set = append(set, s[0]+"="+s[1])

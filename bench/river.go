@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -10,7 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+
+	"github.com/acme/outboxpair/billing"
 )
 
 // riverMaxWorkers is the worker count of River's default queue here: the value
@@ -45,16 +50,19 @@ type consumeArgs struct {
 
 func (consumeArgs) Kind() string { return "bench_consume" }
 
-// consumeWorker runs billing's consumer transaction (receipt insert ON CONFLICT
-// DO NOTHING, then the quota upsert only when the receipt is new, in one
-// transaction) on the billing database: the same SQL as billing's store.
+// consumeFunc is the consumer transaction a worker runs for one event.
+type consumeFunc func(ctx context.Context, id, org uuid.UUID) error
+
+// consumeWorker runs the consumer transaction on the billing database: on
+// PostgreSQL the SQL of billing's store (consumeTx), on SQLite billing's own
+// Apply, the relay's subscriber's code.
 type consumeWorker struct {
 	river.WorkerDefaults[consumeArgs]
-	billing *pgxpool.Pool
+	consume consumeFunc
 }
 
 func (w *consumeWorker) Work(ctx context.Context, j *river.Job[consumeArgs]) error {
-	return consumeTx(ctx, w.billing, j.Args.ID, j.Args.Org)
+	return w.consume(ctx, j.Args.ID, j.Args.Org)
 }
 
 func consumeTx(ctx context.Context, pool *pgxpool.Pool, id, org uuid.UUID) error {
@@ -80,19 +88,151 @@ func consumeTx(ctx context.Context, pool *pgxpool.Pool, id, org uuid.UUID) error
 	})
 }
 
-// newRiver returns a River client over pool (a database migrated for River)
-// whose default queue runs riverMaxWorkers workers; billing (may be nil) is the
-// consumer's database.
-func newRiver(pool, billing *pgxpool.Pool, v riverVariant) (*river.Client[pgx.Tx], error) {
+// consumerOf is the consumer transaction River's workers run on bil (nil: no
+// consumer).
+func consumerOf(bil *billingDB) consumeFunc {
+	switch {
+	case bil == nil:
+		return func(context.Context, uuid.UUID, uuid.UUID) error { return errors.New("no billing database") }
+	case bil.pool != nil:
+		return func(ctx context.Context, id, org uuid.UUID) error { return consumeTx(ctx, bil.pool, id, org) }
+	}
+	svc := billing.NewService(bil.port, quiet())
+	return func(ctx context.Context, id, org uuid.UUID) error {
+		_, err := svc.Apply(ctx, billing.Event{ID: id, Type: billing.RuleActivated, OccurredAt: time.Now().UnixMilli(), OrgID: org, RuleID: id})
+		return err
+	}
+}
+
+// newRiverClient returns a River client on driver whose default queue runs
+// riverMaxWorkers workers, consume being the consumer's transaction.
+func newRiverClient[TTx any](driver riverdriver.Driver[TTx], consume consumeFunc, v riverVariant) (*river.Client[TTx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})
-	river.AddWorker(workers, &consumeWorker{billing: billing})
-	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+	river.AddWorker(workers, &consumeWorker{consume: consume})
+	return river.NewClient(driver, &river.Config{
 		FetchCooldown: v.fetchCooldown,
 		Logger:        quiet(),
 		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: riverMaxWorkers}},
 		Workers:       workers,
 	})
+}
+
+// riverDB is a fresh River database and a client on it.
+type riverDB struct {
+	q     db
+	start func(context.Context) error
+	stop  func(context.Context) error
+	// commit inserts jobs in one transaction (InsertTx for one, else
+	// InsertManyFastTx in batches, which sends River's insert notification in
+	// it), ANALYZE in it when analyzeTable is set, and returns the drain's start.
+	commit func(ctx context.Context, jobs []river.JobArgs, analyzeTable string) (time.Time, error)
+	// produce is one producer transaction of the latency figure: one job.
+	produce func(ctx context.Context, job river.JobArgs) error
+	close   func()
+}
+
+// riverInserts is riverDB.commit for a client whose transactions commitTx runs.
+func riverInserts[TTx any](client *river.Client[TTx], commitTx func(context.Context, string, func(TTx) error) (time.Time, error)) func(context.Context, []river.JobArgs, string) (time.Time, error) {
+	return func(ctx context.Context, jobs []river.JobArgs, analyzeTable string) (time.Time, error) {
+		return commitTx(ctx, analyzeTable, func(tx TTx) error {
+			if len(jobs) == 1 {
+				_, err := client.InsertTx(ctx, tx, jobs[0], nil)
+				return err
+			}
+			params := make([]river.InsertManyParams, 0, 5000)
+			for i, j := range jobs {
+				params = append(params, river.InsertManyParams{Args: j})
+				if len(params) == cap(params) || i == len(jobs)-1 {
+					if _, err := client.InsertManyFastTx(ctx, tx, params); err != nil {
+						return fmt.Errorf("river backlog: %w", err)
+					}
+					params = params[:0]
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// newRiverDB makes a River database (with the latency stamp on river_job when
+// stamp is set) and a client v on it whose workers consume into bil.
+func (b *bench) newRiverDB(ctx context.Context, v riverVariant, bil *billingDB, stamp bool) (*riverDB, error) {
+	if b.opt.sqlite {
+		return b.newLiteRiverDB(ctx, v, bil, stamp)
+	}
+	setup := stampIf(stamp, false, "river_job")
+	url, pool, closeDB, err := b.pgCreate(ctx, schemaRiver, setup)
+	if err != nil {
+		return nil, err
+	}
+	// The latency figure's producers: one connection per sender, as the
+	// project's producers get.
+	prodCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		closeDB()
+		return nil, err
+	}
+	prodCfg.MaxConns = latencySenders
+	prodPool, err := pgxpool.NewWithConfig(ctx, prodCfg)
+	if err != nil {
+		closeDB()
+		return nil, err
+	}
+	client, err := newRiverClient(riverpgxv5.New(pool), consumerOf(bil), v)
+	if err != nil {
+		prodPool.Close()
+		closeDB()
+		return nil, err
+	}
+	return &riverDB{
+		q: pgDB{pool}, start: client.Start, stop: client.Stop,
+		commit: riverInserts(client, func(ctx context.Context, table string, fill func(pgx.Tx) error) (time.Time, error) {
+			return commitBacklog(ctx, pool, table, fill)
+		}),
+		produce: func(ctx context.Context, job river.JobArgs) error {
+			return pgx.BeginFunc(ctx, prodPool, func(tx pgx.Tx) error {
+				_, err := client.InsertTx(ctx, tx, job, nil)
+				return err
+			})
+		},
+		close: func() { prodPool.Close(); closeDB() },
+	}, nil
+}
+
+// newLiteRiverDB is newRiverDB on a SQLite file: River on its one connection
+// (openRiverDB), its producers too.
+func (b *bench) newLiteRiverDB(ctx context.Context, v riverVariant, bil *billingDB, stamp bool) (*riverDB, error) {
+	setup := stampIf(stamp, true, "river_job")
+	_, d, q, closeFile, err := liteCreate(ctx, b.files, schemaRiver, setup, func(path string) (*sql.DB, error) {
+		return openRiverDB(path, b.liteBounds)
+	})
+	if err != nil {
+		return nil, err
+	}
+	client, err := newRiverClient(riversqlite.New(d), consumerOf(bil), v)
+	if err != nil {
+		closeFile()
+		return nil, err
+	}
+	commit := riverInserts(client, func(ctx context.Context, table string, fill func(*sql.Tx) error) (time.Time, error) {
+		return liteCommit(ctx, d, table, fill)
+	})
+	return &riverDB{
+		q: q, start: client.Start, stop: client.Stop, commit: commit,
+		produce: func(ctx context.Context, job river.JobArgs) error {
+			_, err := commit(ctx, []river.JobArgs{job}, "")
+			return err
+		},
+		close: closeFile,
+	}, nil
+}
+
+// stopRiver stops a River client within 30s, even once ctx has ended.
+func stopRiver(ctx context.Context, r *riverDB) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return r.stop(stopCtx)
 }
 
 // riverDrain measures jobs/s of one River client draining n jobs: no-op jobs,
@@ -102,97 +242,60 @@ func newRiver(pool, billing *pgxpool.Pool, v riverVariant) (*river.Client[pgx.Tx
 // in it), the clock from that commit to the last job's finalized_at, or to the
 // last receipt for consume.
 func (b *bench) riverDrain(ctx context.Context, v riverVariant, n int, analyzed, consume bool) (float64, error) {
-	dbURL, err := b.env.create(ctx, schemaRiver)
-	if err != nil {
-		return 0, err
-	}
-	defer b.env.drop(context.WithoutCancel(ctx), dbURL)
-	pool, err := open(ctx, dbURL)
-	if err != nil {
-		return 0, err
-	}
-	defer pool.Close()
-	var billingPool *pgxpool.Pool
+	var bil *billingDB
 	if consume {
-		billingURL, err := b.env.create(ctx, schemaBilling)
-		if err != nil {
+		var err error
+		if bil, err = b.newBilling(ctx, false); err != nil {
 			return 0, err
 		}
-		defer b.env.drop(context.WithoutCancel(ctx), billingURL)
-		if billingPool, err = open(ctx, billingURL); err != nil {
-			return 0, err
-		}
-		defer billingPool.Close()
-		if err := installReceiptStamp(ctx, billingPool); err != nil {
-			return 0, err
-		}
+		defer bil.close()
 	}
-	client, err := newRiver(pool, billingPool, v)
+	r, err := b.newRiverDB(ctx, v, bil, false)
 	if err != nil {
 		return 0, err
 	}
-	if err := client.Start(ctx); err != nil {
+	defer r.close()
+	if err := r.start(ctx); err != nil {
 		return 0, err
 	}
 	stopped := false
-	stop := func() error {
-		stopped = true
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		return client.Stop(stopCtx)
-	}
 	defer func() {
 		if !stopped {
-			_ = stop() // an error path: the database is dropped anyway
+			_ = stopRiver(ctx, r) // an error path: the database is dropped anyway
 		}
 	}()
-	endPool, endSQL := pool, riverEndSQL
+	pr := b.probes()
+	endDB, endSQL := r.q, pr.riverEnd
 	if consume {
-		endPool, endSQL = billingPool, receiptsEndSQL
+		endDB, endSQL = bil.q, pr.receiptsEnd
+	}
+	job := func(i int) river.JobArgs {
+		if consume {
+			return consumeArgs{ID: uuid.New(), Org: orgID(i % orgs)}
+		}
+		return noopArgs{}
 	}
 	if _, err := warmUp(ctx, func() (time.Time, error) {
-		var args river.JobArgs = noopArgs{}
-		if consume {
-			args = consumeArgs{ID: uuid.New(), Org: orgID(0)}
-		}
-		return commitBacklog(ctx, pool, "", func(tx pgx.Tx) error {
-			_, err := client.InsertTx(ctx, tx, args, nil)
-			return err
-		})
-	}, noRow(ctx, pool, riverPendingProbe), stampOf(ctx, endPool, endSQL)); err != nil {
+		return r.commit(ctx, []river.JobArgs{job(0)}, "")
+	}, noRow(ctx, r.q, pr.riverPending), stampOf(ctx, endDB, endSQL)); err != nil {
 		return 0, err
 	}
-	analyzeTable := ""
-	if analyzed {
-		analyzeTable = "river_job"
+	jobs := make([]river.JobArgs, n)
+	for i := range jobs {
+		jobs[i] = job(i)
 	}
-	start, err := commitBacklog(ctx, pool, analyzeTable, func(tx pgx.Tx) error {
-		params := make([]river.InsertManyParams, 0, 5000)
-		for i := 0; i < n; i++ {
-			var args river.JobArgs = noopArgs{}
-			if consume {
-				args = consumeArgs{ID: uuid.New(), Org: orgID(i % orgs)}
-			}
-			params = append(params, river.InsertManyParams{Args: args})
-			if len(params) == cap(params) || i == n-1 {
-				if _, err := client.InsertManyFastTx(ctx, tx, params); err != nil {
-					return fmt.Errorf("river backlog: %w", err)
-				}
-				params = params[:0]
-			}
-		}
-		return nil
-	})
+	start, err := r.commit(ctx, jobs, analyzedTable(analyzed, "river_job"))
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{pool: pool, probe: riverPendingProbe, countLeft: riverPendingCountSQL, endPool: endPool, endSQL: endSQL}
+	probe := drainProbe{q: r.q, probe: pr.riverPending, countLeft: pr.riverPendingCount, endDB: endDB, endSQL: endSQL}
 	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
 	rate, err := b.drainRate(fmt.Sprintf("%s drain of %d", v.name, n), n, start, end, left, err)
 	if err != nil {
 		return 0, err
 	}
-	if err := stop(); err != nil {
+	stopped = true
+	if err := stopRiver(ctx, r); err != nil {
 		return 0, err
 	}
 	return rate, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/sqlite"
 )
 
 // bench is one run: its options, databases, binaries and results.
@@ -28,15 +29,32 @@ type bench struct {
 	nats        *natsRows // nil: no NATS rows
 	natsOK      bool
 	pairSQL     *pairSQL // the relay's statements, captured at the pair reference's first run
+	files       *files   // -sqlite: the run's SQLite files
+	liteBounds  sqlite.Bounds
 }
 
 var workloadNames = []string{"noop", "scale", "consumer", "http", "latency", "producer", "claim"}
+
+// sqliteWorkloads are the workloads of the SQLite sitting (-sqlite): the
+// others measure PostgreSQL itself (pgbench, VACUUM) or its scaling.
+var sqliteWorkloads = []string{"noop", "consumer", "http", "latency"}
+
+// sqliteOnly refuses an -only list that names a workload the SQLite sitting
+// does not have.
+func sqliteOnly(only string) error {
+	for _, w := range strings.Split(only, ",") {
+		if w != "" && !contains(sqliteWorkloads, w) {
+			return fmt.Errorf("-only: %q is not a workload of the SQLite sitting (have %s)", w, strings.Join(sqliteWorkloads, ","))
+		}
+	}
+	return nil
+}
 
 func contains(list []string, s string) bool { return slices.Contains(list, s) }
 
 func (b *bench) want(w string) bool {
 	if b.opt.only == "" {
-		return true
+		return !b.opt.sqlite || contains(sqliteWorkloads, w)
 	}
 	for _, x := range strings.Split(b.opt.only, ",") {
 		if x == w {
@@ -52,20 +70,30 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	e, err := newEnv(ctx, o.db)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	defer stopAll()
 	tmp, err := os.MkdirTemp("", "outboxpair-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	b := &bench{opt: o, env: e, res: newResults(), relayCfg: cfg, tmp: tmp, bin: filepath.Join(tmp, "bin")}
+	b := &bench{opt: o, res: newResults(), relayCfg: cfg, tmp: tmp, bin: filepath.Join(tmp, "bin")}
+	if o.sqlite {
+		if b.liteBounds, err = liteBounds(os.LookupEnv); err != nil {
+			return err
+		}
+		dir := filepath.Join(tmp, "sqlite")
+		if err := os.Mkdir(dir, 0o750); err != nil {
+			return err
+		}
+		b.files = newFiles(dir, b.liteBounds)
+	} else {
+		if b.env, err = newEnv(ctx, o.db); err != nil {
+			return err
+		}
+		defer b.env.close()
+	}
+	defer stopAll()
 
-	if b.want("producer") || b.want("consumer") {
+	if !o.sqlite && (b.want("producer") || b.want("consumer")) {
 		if b.pgbenchPath, err = exec.LookPath("pgbench"); err != nil {
 			return errors.New("pgbench not found in PATH (Debian: apt-get install postgresql-client)")
 		}
@@ -96,12 +124,19 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		} else {
 			b.natsOK = true
 		}
-	} else if o.nats == "" {
+	} else if o.nats == "" && !o.sqlite {
 		b.res.note("NATS rows not run (no -nats flag)")
 	}
 
-	b.res.note("drains are timed by the database: from the clock_timestamp() read last in the transaction that commits the backlog (the system started and warmed up before it) to the last effect's stamp (processed_at / finalized_at for no-op work, billing_receipts.bench_at for a consumer)")
-	b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
+	if o.sqlite {
+		b.res.note("SQLite: every file is opened as the services open theirs (WAL, synchronous=FULL, busy timeout, BEGIN IMMEDIATE on one writer connection); River gets that writer's DSN on the one connection riversqlite's documentation asks for")
+		b.res.note("SQLite: drains are timed from this host's clock read last before the backlog's commit to the last effect's stamp (processed_at / finalized_at for no-op work, a trigger's unixepoch('subsec') at billing's receipt INSERT for a consumer), in ms; latency stamps are triggers at the INSERT of the producer's row and of the receipt, inside their transactions (SQLite has no deferred trigger)")
+		b.res.note("SQLite: the wake-ups are the relay's Nudge in the appending process (in process: after the backlog's commit; over HTTP: one activation POSTed right after it, one of the drain's events) and River's notification table, which its listener polls every 50ms")
+		b.res.note("SQLite: River at its defaults is a reference like River tuned (FetchCooldown 1ms): its 100ms cooldown caps nothing here, River on SQLite staying well below 1,000 jobs/s")
+	} else {
+		b.res.note("drains are timed by the database: from the clock_timestamp() read last in the transaction that commits the backlog (the system started and warmed up before it) to the last effect's stamp (processed_at / finalized_at for no-op work, billing_receipts.bench_at for a consumer)")
+		b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
+	}
 	b.res.note("latency percentiles are over every event offered: an event never applied (send skipped or failed, or not applied within -latency-grace) counts as beyond any latency, and a percentile that falls among them prints inf")
 	for round := 1; round <= o.rounds; round++ {
 		logf("round %d of %d", round, o.rounds)
@@ -114,7 +149,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			return fmt.Errorf("claim cost: %w", err)
 		}
 	}
-	m := e.machine(ctx)
+	var m machine
+	if o.sqlite {
+		m = liteMachine(ctx, b.files.dir, b.liteBounds)
+	} else {
+		m = b.env.machine(ctx)
+	}
 	m.Relay = fmt.Sprintf("ClaimSize=%d Workers=%d Notify=%t PollInterval=%s HandlerTimeout=%s Lease=%s (labeling's configuration from this environment; -relay-set %q on the in-process relays only)",
 		cfg.ClaimSize, cfg.Workers, cfg.Notify, cfg.PollInterval, cfg.HandlerTimeout, cfg.Lease, o.relaySet)
 	writeReport(out, m, o, b.res, b.rows(), time.Since(began))
@@ -129,14 +169,16 @@ func (b *bench) round(ctx context.Context) error {
 	}
 	var steps []step
 	drains := func(prefix string, n int, analyzed bool) {
-		steps = append(steps, step{prefix + "/project", func() (float64, error) { return b.projectDrain(ctx, n, analyzed, nil, noopSubs) }})
+		steps = append(steps, step{prefix + "/project", func() (float64, error) { return b.projectDrain(ctx, n, analyzed, nil) }})
 		for _, v := range riverVariants {
 			steps = append(steps, step{prefix + "/" + v.name, func() (float64, error) { return b.riverDrain(ctx, v, n, analyzed, false) }})
 		}
 	}
 	if b.want("noop") {
 		drains("noop/raw", b.opt.backlog, false)
-		drains("noop/analyzed", b.opt.backlog, true)
+		if !b.opt.sqlite {
+			drains("noop/analyzed", b.opt.backlog, true)
+		}
 	}
 	if b.want("scale") {
 		drains("scale/small", b.opt.small, b.opt.scaleAnalyzed)
@@ -147,7 +189,7 @@ func (b *bench) round(ctx context.Context) error {
 		for _, v := range riverVariants {
 			steps = append(steps, step{"consumer/" + v.name, func() (float64, error) { return b.riverDrain(ctx, v, b.opt.consumerBacklog, false, true) }})
 		}
-		for _, c := range pgbenchClients {
+		for _, c := range b.pgbenchClients() {
 			steps = append(steps, step{"consumer/pgbench-" + strconv.Itoa(c), func() (float64, error) {
 				dbURL, err := b.env.create(ctx, schemaBilling)
 				if err != nil {
@@ -157,7 +199,7 @@ func (b *bench) round(ctx context.Context) error {
 				return b.pgbench(ctx, dbURL, consumerScript, c, b.opt.pgbenchDuration)
 			}})
 		}
-		for _, c := range pgbenchClients {
+		for _, c := range b.pgbenchClients() {
 			steps = append(steps, step{"consumer/pgbench-pair-" + strconv.Itoa(c), func() (float64, error) {
 				return b.pairPgbench(ctx, c, b.opt.pgbenchDuration)
 			}})
@@ -241,6 +283,14 @@ func (b *bench) latencyRound(ctx context.Context) error {
 // pgbenchClients are the client counts of both pgbench references.
 var pgbenchClients = []int{1, 4, 16}
 
+// pgbenchClients are the pgbench references this run has: none on SQLite.
+func (b *bench) pgbenchClients() []int {
+	if b.opt.sqlite {
+		return nil
+	}
+	return pgbenchClients
+}
+
 // riverTuned is the River every ratio is to; riverDefaults (FetchCooldown
 // 100ms caps it near 1,000 jobs/s) is printed beside it for information only.
 const (
@@ -259,11 +309,20 @@ func (b *bench) rows() []row {
 		}
 	}
 	ref := func(name, key string) row { return row{RefName: name, Ref: key} }
+	// On SQLite River's 100ms cooldown is no cap (River stays well below
+	// 1,000 jobs/s there) and its tuned variant need not be the faster one, so
+	// both are references.
+	defaults := row{RefName: "River defaults (information)", Info: true}
+	if b.opt.sqlite {
+		defaults = row{RefName: "River defaults"}
+	}
+	riverRefs := func(key func(sys string) string) []row {
+		d := defaults
+		d.Ref = key(riverDefaults)
+		return []row{ref("River tuned (FetchCooldown 1ms)", key(riverTuned)), d}
+	}
 	rivers := func(prefix string) []row {
-		return []row{
-			ref("River tuned (FetchCooldown 1ms)", prefix+"/"+riverTuned),
-			{RefName: "River defaults (information)", Ref: prefix + "/" + riverDefaults, Info: true},
-		}
+		return riverRefs(func(sys string) string { return prefix + "/" + sys })
 	}
 	add(fmt.Sprintf("no-op drain %d, not analyzed", b.opt.backlog), "rows/s", "noop/raw/project", rivers("noop/raw")...)
 	add(fmt.Sprintf("no-op drain %d, analyzed", b.opt.backlog), "rows/s", "noop/analyzed/project", rivers("noop/analyzed")...)
@@ -275,10 +334,10 @@ func (b *bench) rows() []row {
 	add(fmt.Sprintf("no-op drain %d, %s", b.opt.big, an), "rows/s", "scale/big/project", rivers("scale/big")...)
 	add(fmt.Sprintf("drain rate %d / rate %d", b.opt.big, b.opt.small), "ratio", "scale/ratio/project", rivers("scale/ratio")...)
 	consumerRefs := rivers("consumer")
-	for _, c := range pgbenchClients {
+	for _, c := range b.pgbenchClients() {
 		consumerRefs = append(consumerRefs, ref(fmt.Sprintf("pgbench billing txn, %d client(s)", c), fmt.Sprintf("consumer/pgbench-%d", c)))
 	}
-	for _, c := range pgbenchClients {
+	for _, c := range b.pgbenchClients() {
 		consumerRefs = append(consumerRefs, ref(fmt.Sprintf("pgbench pair's SQL per event, %d client(s)", c), fmt.Sprintf("consumer/pgbench-pair-%d", c)))
 	}
 	add(fmt.Sprintf("consumer drain %d, in process (Apply)", b.opt.consumerBacklog), "events/s", "consumer/project", consumerRefs...)
@@ -293,10 +352,7 @@ func (b *bench) rows() []row {
 			{"backlog", "rows at end"}, {"achieved", "events/s"},
 		} {
 			k := func(sys string) string { return fmt.Sprintf("lat/%s/%d/%s", sys, rate, m.key) }
-			latRivers := []row{
-				ref("River tuned (FetchCooldown 1ms)", k(riverTuned)),
-				{RefName: "River defaults (information)", Ref: k(riverDefaults), Info: true},
-			}
+			latRivers := riverRefs(k)
 			add(fmt.Sprintf("latency @%d/s %s, in process", rate, m.key), m.unit, k("project"), latRivers...)
 			add(fmt.Sprintf("latency @%d/s %s, HTTP binaries", rate, m.key), m.unit, k("project-http"),
 				append([]row{ref("project in process", k("project"))}, latRivers...)...)
