@@ -2,8 +2,10 @@
 # (["labeling","serve"] or ["billing","serve"]).
 #
 # Build stage: the Go version matches go.mod's go line (deploy/compose_test.go
-# checks it). A static, trimmed build, so the result depends on the sources only.
-FROM golang:1.26 AS build
+# checks it), pinned to a patch release and a Debian release so a rebuild uses
+# the same toolchain. A static, trimmed build, so the result depends on the
+# sources only.
+FROM golang:1.26.7-bookworm AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
@@ -19,7 +21,10 @@ RUN mkdir -p /out/data
 
 # Final stage: no shell, no package manager, a non-root user. The health checks
 # run the binaries' own `healthcheck` subcommand, so no curl is needed.
-FROM gcr.io/distroless/static-debian12:nonroot
+# distroless publishes no version tags, only moving ones (nonroot), so the base is
+# pinned by digest: gcr.io/distroless/static-debian12:nonroot as of 2026-08-26.
+# To update: crane digest gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 COPY --from=build /out/labeling /out/billing /usr/local/bin/
 COPY --from=build --chown=nonroot:nonroot /out/data /var/lib/outboxpair/data
 # Without DATABASE_URL the services run on SQLite files in data/ here; mount a

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,7 +118,8 @@ func TestCIWorkflow(t *testing.T) {
 		t.Parallel()
 		pg, ok := wf.Jobs["test"].Services["postgres"]
 		require.True(t, ok, "a postgres service container")
-		require.Contains(t, pg.Image, "postgres:")
+		require.Equal(t, setup(t).project.Services["postgres"].Image, pg.Image,
+			"CI tests against the PostgreSQL docker-compose.yml runs, exactly (TestImages pins that one)")
 		require.Contains(t, pg.Ports, "5432:5432", "published where TEST_DATABASE_URL points")
 		cmds := runs("test")
 		require.Contains(t, cmds, readmeTestCommand(t))
@@ -177,10 +179,46 @@ func TestSmokeScript(t *testing.T) {
 
 	t.Run("brings the stack up waiting for health and always takes it down with its volumes", func(t *testing.T) {
 		t.Parallel()
+		cmds := shellCommands(read(t, path))
+		for _, want := range []string{
+			"docker compose -p " + smokeProject + " up -d --build --wait",
+			"docker compose -p " + smokeProject + " down -v",
+			"trap cleanup EXIT",
+			"set -euo pipefail",
+		} {
+			require.True(t, slices.Contains(cmds, want), "%s must run %q", path, want)
+		}
+	})
+
+	t.Run("every compose call runs under a project of its own, so its down -v never wipes the user's volumes", func(t *testing.T) {
+		t.Parallel()
+		require.NotEqual(t, setup(t).project.Name, smokeProject, "the smoke project must not be the compose file's own")
+		calls := 0
+		for _, c := range shellCommands(read(t, path)) {
+			if strings.HasPrefix(c, "#") {
+				continue
+			}
+			for _, m := range composeCall.FindAllStringSubmatch(c, -1) {
+				calls++
+				require.Equal(t, smokeProject, m[1], "%s: name the project (-p %s) in every compose call", c, smokeProject)
+			}
+		}
+		require.GreaterOrEqual(t, calls, 3, "up, logs and down")
+		require.NotContains(t, read(t, path), "COMPOSE_PROJECT_NAME", "-p in each call, where a reader sees it")
+	})
+
+	t.Run("waits for the token issuer, which has no health check, before the token step", func(t *testing.T) {
+		t.Parallel()
 		script := read(t, path)
-		require.Contains(t, script, "docker compose up -d --build --wait")
-		require.Contains(t, script, "docker compose down -v")
-		require.Contains(t, script, "trap cleanup EXIT")
-		require.Contains(t, script, "set -euo pipefail")
+		alive, token := strings.Index(script, "localhost:8090/isalive"), strings.Index(script, "localhost:8090/outboxpair/token")
+		require.GreaterOrEqual(t, alive, 0, "the script polls the issuer's /isalive")
+		require.Less(t, alive, token, "before it asks for a token")
 	})
 }
+
+// smokeProject is the compose project deploy/smoke.sh runs under.
+const smokeProject = "outboxpair-smoke"
+
+// composeCall finds a compose invocation and the project it names with -p or
+// --project-name right after "compose" ("" when it names none).
+var composeCall = regexp.MustCompile(`docker[ -]compose\b(?:\s+(?:-p|--project-name)[ =](\S+))?`)

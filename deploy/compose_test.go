@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -16,16 +17,21 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/google/uuid"
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
 	"golang.org/x/mod/modfile"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
 )
 
 // root is the module root, where docker-compose.yml, the Dockerfile and go.mod live.
@@ -70,8 +76,95 @@ const issuerService = "oauth"
 type bundle struct {
 	project    *types.Project
 	dockerfile dockerfile
+	mod        *modfile.File
 	goVersion  string   // go.mod's go line
 	databases  []string // created by the postgres init script
+}
+
+// image is what the tests know of an image they cannot pull (no Docker engine
+// where they run): the executables a health check may run in it, and how its
+// releases are tagged.
+type image struct {
+	checks  []string // what a health check may run, in exec form
+	variant string   // the tag suffix checks holds for ("" for every tag)
+	version int      // numbers in an exact version (17.9 is 2); 0: no version tags, pin by digest
+}
+
+// images are the images the compose files and the Dockerfile pull, by
+// repository, each with the reason its checks are there (or are not). An image
+// missing here fails the tests until someone says what it holds.
+var images = map[string]image{
+	// The official image ships the server's client tools beside the server.
+	"postgres": {checks: []string{"pg_isready"}, version: 2},
+	// The alpine variant is alpine plus nats-server, so busybox's wget; the
+	// scratch variant holds nats-server alone.
+	"nats": {checks: []string{"wget"}, variant: "-alpine", version: 3},
+	// Built on alpine (jaeger's docker/base/Dockerfile), so busybox's wget.
+	"jaegertracing/all-in-one": {checks: []string{"wget"}, version: 3},
+	// Distroless Java: no shell, no curl, no wget. Its java runs a source file
+	// only if the runtime keeps the JDK's compiler module (jdk.compiler), which
+	// depends on the base each release is built on (Debian's JRE keeps it, the
+	// Temurin JREs distroless moved to do not): nothing a test here can see, so
+	// no check may run in it.
+	"ghcr.io/navikt/mock-oauth2-server": {version: 3},
+	// The build stage only: it never runs a check.
+	"golang": {version: 3},
+	// Our final stage: its checks are the binaries the Dockerfile copies in (see
+	// checkable). distroless tags no versions, only moving names like nonroot.
+	"gcr.io/distroless/static-debian12": {},
+}
+
+// splitImage splits name[:tag][@digest] into the repository, tag and digest.
+func splitImage(ref string) (repo, tag, digest string) {
+	ref, digest, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[:i], ref[i+1:], digest
+	}
+	return ref, "", digest
+}
+
+var sha256Digest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// requireExact fails unless ref names one build of its image: a digest, or a tag
+// whose version has every number its project releases with (17.9, 2.12.15), so
+// neither a new `up` nor a rebuild picks up whatever a moving tag points at that
+// week.
+func requireExact(t *testing.T, ref string) {
+	t.Helper()
+	repo, tag, digest := splitImage(ref)
+	im, ok := images[repo]
+	require.True(t, ok, "%s: add %s to images, with what it holds and how it is versioned", ref, repo)
+	if digest != "" {
+		require.Regexp(t, sha256Digest, digest, "%s: a digest is sha256:<64 hex>", ref)
+		return
+	}
+	require.NotZero(t, im.version, "%s: %s tags no versions: pin it by digest (%s:%s@sha256:...)", ref, repo, repo, tag)
+	version, _, _ := strings.Cut(tag, "-")
+	exact := fmt.Sprintf(`^[0-9]+(\.[0-9]+){%d}$`, im.version-1)
+	require.Regexp(t, exact, version, "%s: the tag must carry the full version (%d numbers) or the image a digest", ref, im.version)
+}
+
+// checkable returns what a health check may run in svc's image: the binaries the
+// Dockerfile copies in for the image compose builds, the table's entry for one
+// it pulls.
+func (b bundle) checkable(t *testing.T, svc types.ServiceConfig) []string {
+	t.Helper()
+	if svc.Build != nil {
+		return b.dockerfile.copied
+	}
+	repo, tag, _ := splitImage(svc.Image)
+	im, ok := images[repo]
+	require.True(t, ok, "%s: add %s to images, with what it holds", svc.Name, repo)
+	if !strings.HasSuffix(tag, im.variant) {
+		return nil
+	}
+	return im.checks
+}
+
+// hasCheck reports whether svc has a health check Compose will run.
+func hasCheck(svc types.ServiceConfig) bool {
+	hc := svc.HealthCheck
+	return hc != nil && !hc.Disable && len(hc.Test) > 0 && hc.Test[0] != "NONE"
 }
 
 // composeVariants are the ways to run the pair: docker-compose.yml alone (HTTP,
@@ -113,6 +206,7 @@ func setupFiles(t *testing.T, files []string, env ...string) bundle {
 	return bundle{
 		project:    project,
 		dockerfile: parseDockerfile(t, filepath.Join(root, "Dockerfile")),
+		mod:        mod,
 		goVersion:  mod.Go.Version,
 		databases:  createdDatabases(t, filepath.Join(root, "deploy", "postgres", "10-create-databases.sql")),
 	}
@@ -185,9 +279,6 @@ func TestCompose(t *testing.T) {
 		}
 		require.ElementsMatch(t, []string{"labeling", "billing"}, keys(users), "one user per service")
 
-		for _, p := range ns.Ports {
-			require.Equal(t, "127.0.0.1", p.HostIP, "%s publishes %d on the loopback interface only", ns.Name, p.Target)
-		}
 		lab, bill := env(apps["labeling"]), env(apps["billing"])
 		require.Equal(t, "nats", lab["EVENTS_TRANSPORT"])
 		for bin, e := range map[string]map[string]string{"labeling": lab, "billing": bill} {
@@ -331,22 +422,36 @@ func composeChecks(t *testing.T, variant string, files []string) {
 		}
 	})
 
-	t.Run("every service has a health check", func(t *testing.T) {
+	t.Run("a service has a health check exactly when its image can run one, and the check runs what the image holds", func(t *testing.T) {
 		t.Parallel()
 		b := setupFiles(t, files)
 		for name, svc := range b.project.Services {
-			require.NotNil(t, svc.HealthCheck, "%s has no healthcheck", name)
-			require.False(t, svc.HealthCheck.Disable, "%s disables its healthcheck", name)
-			require.NotEmpty(t, svc.HealthCheck.Test, "%s has an empty healthcheck", name)
+			runs := b.checkable(t, svc)
+			if len(runs) == 0 {
+				require.True(t, !hasCheck(svc), "%s: its image %s can run no health check (see images), so it must have none", name, svc.Image)
+				continue
+			}
+			require.True(t, hasCheck(svc), "%s has no healthcheck, though its image %s can run one", name, svc.Image)
+			test := svc.HealthCheck.Test
+			// CMD-SHELL would need a /bin/sh, which the distroless images lack: the
+			// exec form names the executable, so the table can vouch for it.
+			require.GreaterOrEqual(t, len(test), 2, "%s: empty healthcheck", name)
+			require.Equal(t, "CMD", test[0], "%s: the healthcheck must be in exec form", name)
+			require.Contains(t, runs, test[1], "%s: its image %s does not hold %s", name, svc.Image, test[1])
 		}
 	})
 
-	t.Run("every dependency waits for health", func(t *testing.T) {
+	t.Run("a dependency waits for health where the service depended on has a check, else for its start", func(t *testing.T) {
 		t.Parallel()
 		b := setupFiles(t, files)
 		for name, svc := range b.project.Services {
 			for dep, d := range svc.DependsOn {
-				require.Equal(t, types.ServiceConditionHealthy, d.Condition, "%s depends on %s", name, dep)
+				want := types.ServiceConditionStarted
+				if hasCheck(b.project.Services[dep]) {
+					want = types.ServiceConditionHealthy
+				}
+				require.Equal(t, want, d.Condition,
+					"%s depends on %s: waiting for a health no check reports never ends; waiting for less than a check reports is a race", name, dep)
 			}
 		}
 		apps := b.apps(t)
@@ -440,24 +545,17 @@ func composeChecks(t *testing.T, variant string, files []string) {
 			"the README's walk-through must get its token from %s/token", lab["AUTH_ISSUER"])
 	})
 
-	t.Run("the issuer's health check runs a file that exists", func(t *testing.T) {
+	t.Run("every published port is bound to 127.0.0.1", func(t *testing.T) {
 		t.Parallel()
 		b := setupFiles(t, files)
-		iss := b.project.Services[issuerService]
-		require.NotNil(t, iss.HealthCheck)
-		test := iss.HealthCheck.Test
-		require.GreaterOrEqual(t, len(test), 4)
-		require.Equal(t, []string{"CMD", "java"}, []string(test[:2]), "the image has no shell")
-		mounted := false
-		for _, v := range iss.Volumes {
-			if v.Target == test[2] {
-				require.Equal(t, types.VolumeTypeBind, v.Type)
-				require.FileExists(t, v.Source)
-				mounted = true
+		for name, svc := range b.project.Services {
+			for _, p := range svc.Ports {
+				// The issuer hands a token to anyone who reaches it, and the rest is
+				// a development stack: none of it is for the machine's network.
+				require.Equal(t, "127.0.0.1", p.HostIP, "%s publishes %d on %q: write it as \"127.0.0.1:%s:%d\"",
+					name, p.Target, p.HostIP, p.Published, p.Target)
 			}
 		}
-		require.True(t, mounted, "%s is not mounted into %s", test[2], issuerService)
-		require.Contains(t, test[3], "127.0.0.1:"+env(iss)["SERVER_PORT"]+"/isalive")
 	})
 
 	t.Run("postgres keeps its data in a named volume and creates the databases on first start", func(t *testing.T) {
@@ -515,15 +613,151 @@ func TestDockerfile(t *testing.T) {
 
 	t.Run("the final stage is distroless and runs as non-root", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, "gcr.io/distroless/static-debian12:nonroot", d.final)
+		repo, tag, _ := splitImage(d.final)
+		require.Equal(t, "gcr.io/distroless/static-debian12", repo)
+		require.Equal(t, "nonroot", tag, "the tag says which build the digest is")
 		require.True(t, strings.HasPrefix(d.user, "nonroot"), "USER is %q", d.user)
 	})
+}
+
+func TestImages(t *testing.T) {
+	t.Parallel()
+
+	t.Run("every image compose pulls and every FROM names an exact version or a digest", func(t *testing.T) {
+		t.Parallel()
+		var refs []string
+		for _, files := range composeVariants {
+			for _, svc := range setupFiles(t, files).project.Services {
+				// The image compose builds is named by the build, not pulled.
+				if svc.Build == nil {
+					refs = append(refs, svc.Image)
+				}
+			}
+		}
+		refs = append(refs, setup(t).dockerfile.from...)
+		require.NotEmpty(t, refs)
+		for _, ref := range refs {
+			requireExact(t, ref)
+		}
+	})
+
+	nats := func(t *testing.T) string {
+		t.Helper()
+		ns, ok := setupFiles(t, composeVariants["nats"]).project.Services["nats"]
+		require.True(t, ok)
+		return ns.Image
+	}
+
+	t.Run("the NATS image runs the server the tests run its configuration on", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, composeVariants["nats"])
+		var module string
+		for _, r := range b.mod.Require {
+			if r.Mod.Path == "github.com/nats-io/nats-server/v2" {
+				module = strings.TrimPrefix(r.Mod.Version, "v")
+			}
+		}
+		require.NotEmpty(t, module, "go.mod requires nats-server")
+		_, tag, _ := splitImage(nats(t))
+		version, _, _ := strings.Cut(tag, "-")
+		require.Equal(t, module, version,
+			"the compose NATS image is %s, go.mod's nats-server (which parses and runs deploy/nats/nats-server.conf in the tests) v%s", tag, module)
+	})
+
+	t.Run("every file that names the NATS image names the compose file's tag", func(t *testing.T) {
+		t.Parallel()
+		want := nats(t)
+		found := map[string][]string{} // file → the tags it names, where not want
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				if err == nil && d.Name() == ".git" {
+					return filepath.SkipDir
+				}
+				return err
+			}
+			text, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			for _, m := range natsImage.FindAllStringSubmatch(string(text), -1) {
+				if m[1] != want {
+					found[filepath.ToSlash(rel)] = append(found[filepath.ToSlash(rel)], m[1])
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		for file, version := range staleNATSTags {
+			tag := "nats:" + version
+			require.Contains(t, found[file], tag,
+				"%s no longer names %s: remove its entry from staleNATSTags", file, tag)
+			found[file] = slices.DeleteFunc(found[file], func(s string) bool { return s == tag })
+			if len(found[file]) == 0 {
+				delete(found, file)
+			}
+		}
+		require.Empty(t, found, "these name another NATS image than the compose file's %s", want)
+	})
+}
+
+// natsImage finds a reference to the NATS image with a version tag, as a
+// document or a file names it. The version has a dot, and neither a URL
+// (nats://) nor a host and port (@nats:4222) is one.
+var natsImage = regexp.MustCompile(`(?:^|[^@\w.-])(nats:[0-9]+\.[\w.-]*\w)`)
+
+// staleNATSTags are the files known to name another NATS image, and the version
+// they name, while the change that fixes them is on another branch. The test fails
+// once a file no longer names it, so an entry cannot outlive its reason.
+var staleNATSTags = map[string]string{
+	// Issue 22: README.md is being rewritten on its own branch; its NATS section
+	// must name the compose file's image.
+	"README.md": "2.10",
+}
+
+// TestServicesStartBeforeTheIssuer holds the code to what docker-compose.yml
+// assumes when the services wait only for the issuer to start (it has no health
+// check): with the issuer not answering, the auth module starts, a token is
+// refused as "retry later" (503, not 401), and once the issuer answers, the
+// first token fetches its keys.
+func TestServicesStartBeforeTheIssuer(t *testing.T) {
+	t.Parallel()
+	iss := authtest.New(t)
+	iss.SetDown(true)
+	cfg := iss.Config()
+	// The default spaces the fetches a failed start leaves to the tokens 10s apart
+	// (the 503's Retry-After); the test needs no wait.
+	cfg.MinRefresh = time.Nanosecond
+
+	var v *auth.Verifier
+	app := fx.New(
+		auth.Module,
+		fx.Supply(auth.Settings{Config: cfg}, slog.New(slog.DiscardHandler)),
+		fx.Populate(&v),
+		fx.NopLogger,
+	)
+	require.NoError(t, app.Err())
+	require.NoError(t, app.Start(t.Context()), "the services' auth starts while the issuer is down")
+	t.Cleanup(func() { require.NoError(t, app.Stop(context.Background())) })
+
+	org := uuid.NewString()
+	_, err := v.Verify(t.Context(), iss.For(t, org))
+	require.ErrorIs(t, err, auth.ErrUnavailable, "before the issuer is up a token is a retry-later, not a refusal")
+
+	iss.SetDown(false)
+	claims, err := v.Verify(t.Context(), iss.For(t, org))
+	require.NoError(t, err, "once the issuer is up the first token fetches its keys")
+	require.True(t, claims.Has(uuid.MustParse(org)))
 }
 
 // dockerfile is what the test needs from the Dockerfile.
 type dockerfile struct {
 	builder string            // image of the first stage
 	final   string            // image of the last stage
+	from    []string          // every image a FROM pulls (not an earlier stage)
 	env     map[string]string // ENV of the build stage
 	user    string            // last USER
 	copied  []string          // paths copied into the final stage from another stage
@@ -559,15 +793,24 @@ func parseDockerfile(t *testing.T, path string) dockerfile {
 	require.NoError(t, sc.Err())
 
 	stages := 0
+	var names []string // of the stages so far
 	for _, line := range lines {
 		fields := strings.Fields(line)
 		switch strings.ToUpper(fields[0]) {
 		case "FROM":
 			stages++
+			// FROM [--platform=...] image [AS name]
+			img := fields[slices.IndexFunc(fields[1:], func(f string) bool { return !strings.HasPrefix(f, "--") })+1]
 			if stages == 1 {
-				d.builder = fields[1]
+				d.builder = img
 			}
-			d.final = fields[1]
+			d.final = img
+			if !slices.Contains(names, strings.ToLower(img)) {
+				d.from = append(d.from, img)
+			}
+			if n := len(fields); n >= 4 && strings.EqualFold(fields[n-2], "AS") {
+				names = append(names, strings.ToLower(fields[n-1]))
+			}
 		case "ENV":
 			if stages == 1 {
 				for _, m := range envPair.FindAllStringSubmatch(line, -1) {

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Smoke test of the README's Quick start: bring the pair up with Docker Compose,
 # walk the curl steps and check each answer, then wipe everything. Needs Docker
-# with Compose v2 (GitHub's ubuntu runners have it). deploy/smoke_test.go checks
+# with Compose v2 (GitHub's ubuntu runners have it). deploy/ci_test.go checks
 # that every curl step of the README appears here verbatim.
+#
+# Every compose call runs under the project outboxpair-smoke, not the compose
+# file's own name: the closing `down -v` then removes this run's containers and
+# volumes only, never those of a `docker compose up` the user runs beside it
+# (deploy/ci_test.go checks every call). The ports are the same, so with the
+# user's pair up this run fails to start rather than touch it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cleanup() {
   status=$?
-  if [ "$status" -ne 0 ]; then docker compose logs --no-color --tail 50 labeling billing >&2 || true; fi
-  docker compose down -v
+  if [ "$status" -ne 0 ]; then docker compose -p outboxpair-smoke logs --no-color --tail 50 labeling billing oauth >&2 || true; fi
+  docker compose -p outboxpair-smoke down -v
   exit "$status"
 }
 trap cleanup EXIT
 
-docker compose up -d --build --wait
+docker compose -p outboxpair-smoke up -d --build --wait
 
 fail() { echo "smoke: $*" >&2; exit 1; }
 # expect CODE OUTPUT: OUTPUT (from curl -w '\n%{http_code}\n') ends with status CODE.
@@ -31,6 +37,15 @@ quota() {
   done
   fail "quota never reached $1: $got"
 }
+
+# The issuer has no health check (docker-compose.yml says why), so --wait saw it
+# started, not listening: wait until it answers before asking it for a token.
+issuer=0
+for _ in $(seq 1 60); do
+  if curl -fs -o /dev/null http://localhost:8090/isalive; then issuer=1; break; fi
+  sleep 0.5
+done
+[ "$issuer" = 1 ] || fail "the token issuer never answered on localhost:8090"
 
 # The README's token step: the development issuer's token for org-a.
 TOKEN=$(curl -sS -X POST http://localhost:8090/outboxpair/token \
