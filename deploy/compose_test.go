@@ -713,9 +713,6 @@ var natsImage = regexp.MustCompile(`(?:^|[^@\w.-])(nats:[0-9]+\.[\w.-]*\w)`)
 // they name, while the change that fixes them is on another branch. The test fails
 // once a file no longer names it, so an entry cannot outlive its reason.
 var staleNATSTags = map[string]string{
-	// Issue 22: README.md is being rewritten on its own branch; its NATS section
-	// must name the compose file's image.
-	"README.md": "2.10",
 }
 
 // TestServicesStartBeforeTheIssuer holds the code to what docker-compose.yml
