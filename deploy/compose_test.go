@@ -691,15 +691,6 @@ func TestImages(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		for file, version := range staleNATSTags {
-			tag := "nats:" + version
-			require.Contains(t, found[file], tag,
-				"%s no longer names %s: remove its entry from staleNATSTags", file, tag)
-			found[file] = slices.DeleteFunc(found[file], func(s string) bool { return s == tag })
-			if len(found[file]) == 0 {
-				delete(found, file)
-			}
-		}
 		require.Empty(t, found, "these name another NATS image than the compose file's %s", want)
 	})
 }
@@ -708,12 +699,6 @@ func TestImages(t *testing.T) {
 // document or a file names it. The version has a dot, and neither a URL
 // (nats://) nor a host and port (@nats:4222) is one.
 var natsImage = regexp.MustCompile(`(?:^|[^@\w.-])(nats:[0-9]+\.[\w.-]*\w)`)
-
-// staleNATSTags are the files known to name another NATS image, and the version
-// they name, while the change that fixes them is on another branch. The test fails
-// once a file no longer names it, so an entry cannot outlive its reason.
-var staleNATSTags = map[string]string{
-}
 
 // TestServicesStartBeforeTheIssuer holds the code to what docker-compose.yml
 // assumes when the services wait only for the issuer to start (it has no health

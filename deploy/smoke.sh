@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of the README's Quick start: bring the pair up with Docker Compose,
-# walk the curl steps and check each answer, then wipe everything. Needs Docker
-# with Compose v2 (GitHub's ubuntu runners have it). deploy/ci_test.go checks
-# that every curl step of the README appears here verbatim.
+# run the Quick start's steps (the token, then docs/walkthrough.sh with it, which
+# checks each answer), then wipe everything. Needs Docker with Compose v2 and jq
+# (GitHub's ubuntu runners have both). deploy/ci_test.go checks that every step
+# of the README's Quick start appears here verbatim.
 #
 # Every compose call runs under the project outboxpair-smoke, not the compose
 # file's own name: the closing `down -v` then removes this run's containers and
@@ -23,21 +24,6 @@ trap cleanup EXIT
 docker compose -p outboxpair-smoke up -d --build --wait
 
 fail() { echo "smoke: $*" >&2; exit 1; }
-# expect CODE OUTPUT: OUTPUT (from curl -w '\n%{http_code}\n') ends with status CODE.
-expect() { [ "$(tail -n 1 <<<"$2")" = "$1" ] || fail "expected HTTP $1, got: $2"; }
-# contains TEXT OUTPUT
-contains() { grep -qF -- "$1" <<<"$2" || fail "expected $1 in: $2"; }
-# quota N: Billing's count for the org reaches N (delivery is asynchronous).
-quota() {
-  local got
-  for _ in $(seq 1 60); do
-    got=$(curl -sS "localhost:8081/v1/orgs/$ORG/quota" -H "$AUTH")
-    grep -qF "\"activeRules\":$1}" <<<"$got" && return 0
-    sleep 0.5
-  done
-  fail "quota never reached $1: $got"
-}
-
 # The issuer has no health check (docker-compose.yml says why), so --wait saw it
 # started, not listening: wait until it answers before asking it for a token.
 issuer=0
@@ -47,44 +33,13 @@ for _ in $(seq 1 60); do
 done
 [ "$issuer" = 1 ] || fail "the token issuer never answered on localhost:8090"
 
-# The README's token step: the development issuer's token for org-a.
+# The README's Quick start, verbatim (deploy/ci_test.go checks it): the
+# development issuer's token for org-a, then the walk-through with it, which
+# checks every answer itself (and 401 without the token, 404 under org-b).
 TOKEN=$(curl -sS -X POST http://localhost:8090/outboxpair/token \
   -d grant_type=client_credentials -d client_id=demo -d client_secret=demo -d scope=org-a \
   | jq -r .access_token)
-ORG=0197a3c2-6a1e-7c3b-9f1d-2b4e5a6c7d8e   # the org_ids of an org-a token
-AUTH="Authorization: Bearer $TOKEN"
-RULE=$(cat /proc/sys/kernel/random/uuid)
-
-out=$(curl -sS -w '\n%{http_code}\n' -X POST "localhost:8080/v1/orgs/$ORG/rules" -H "$AUTH" \
-  -H 'Content-Type: application/json' \
-  -d '{"id":"'"$RULE"'","name":"Invoices","pattern":"(?i)invoice","label":"finance"}')
-expect 201 "$out"; contains '"active":false' "$out"
-
-out=$(curl -sS -w '\n%{http_code}\n' -X POST "localhost:8080/v1/orgs/$ORG/rules/$RULE/activate" -H "$AUTH")
-expect 200 "$out"; contains '"active":true' "$out"
-out=$(curl -sS "localhost:8081/v1/orgs/$ORG/quota" -H "$AUTH")
-contains '"orgId"' "$out"
-quota 1
-
-out=$(curl -sS -X POST "localhost:8080/v1/orgs/$ORG/rules/$RULE/deactivate" -H "$AUTH")
-contains '"active":false' "$out"
-out=$(curl -sS "localhost:8081/v1/orgs/$ORG/quota" -H "$AUTH")
-contains '"orgId"' "$out"
-quota 0
-
-out=$(curl -sS -w '\n%{http_code}\n' -X POST "localhost:8080/v1/orgs/$ORG/rules" -H "$AUTH" \
-  -H 'Content-Type: application/json' \
-  -d '{"id":"'"$RULE"'","name":"Invoices","pattern":"(?i)invoice","label":"finance"}')
-expect 200 "$out"
-
-out=$(curl -sS -w '\n%{http_code}\n' -X POST "localhost:8080/v1/orgs/$ORG/rules" -H "$AUTH" \
-  -H 'Content-Type: application/json' \
-  -d '{"id":"'"$RULE"'","name":"Receipts","pattern":"receipt","label":"finance"}')
-expect 409 "$out"; contains rule_id_conflict "$out"
-
-out=$(curl -sS -w '\n%{http_code}\n' "localhost:8080/v1/orgs/$ORG/rules/$RULE")
-expect 401 "$out"
-out=$(curl -sS -w '\n%{http_code}\n' "localhost:8080/v1/orgs/0197a3c2-6a1e-7c3b-9f1d-2b4e5a6c7d8f/rules/$RULE" -H "$AUTH")
-expect 404 "$out"
+AUTH="Authorization: Bearer $TOKEN" ORG=0197a3c2-6a1e-7c3b-9f1d-2b4e5a6c7d8e \
+  OTHER_ORG=0197a3c2-6a1e-7c3b-9f1d-2b4e5a6c7d8f bash docs/walkthrough.sh
 
 echo "smoke: ok"

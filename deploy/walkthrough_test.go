@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
@@ -104,18 +105,23 @@ func startPair(t *testing.T, env map[string]string, labelingDB, billingDB string
 
 // TestWalkthrough runs docs/walkthrough.sh with bash against the real binaries,
 // started as the README's no-install command starts them (SQLite files,
-// authentication off), and on PostgreSQL, where the README says it works
-// unchanged. The script checks every answer itself; a wrong one fails it.
+// authentication off), on PostgreSQL, where the README says it works
+// unchanged, and with authentication on, as the Docker Quick start runs it
+// (a test issuer's token for the README's ORG, its OTHER_ORG not covered). The
+// script checks every answer itself; a wrong one fails it.
 func TestWalkthrough(t *testing.T) {
 	t.Parallel()
-	env := noInstallEnv(t)
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
+	for _, run := range []string{"sqlite", "postgres", "sqlite with authentication as the Quick start"} {
+		t.Run(run, func(t *testing.T) {
 			t.Parallel()
+			env, scriptEnv := noInstallEnv(t), []string{}
 			labelingDB := "sqlite:" + filepath.Join(t.TempDir(), "labeling.db")
 			billingDB := "sqlite:" + filepath.Join(t.TempDir(), "billing.db")
-			if dialect == "postgres" {
+			switch run {
+			case "postgres":
 				labelingDB, billingDB = pgtest.Empty(t).URL, pgtest.Empty(t).URL
+			case "sqlite with authentication as the Quick start":
+				env, scriptEnv = withAuthentication(t, env)
 			}
 			labeling, billing := startPair(t, env, labelingDB, billingDB)
 
@@ -127,13 +133,37 @@ func TestWalkthrough(t *testing.T) {
 			cmd.Dir = root
 			// Nothing on PATH but what the script says it needs: a jq or a
 			// uuidgen slipped into it fails here, not on a reader's machine.
-			cmd.Env = []string{"PATH=" + toolDir(t, "curl", "sleep"), "LABELING=" + labeling, "BILLING=" + billing}
+			cmd.Env = append([]string{"PATH=" + toolDir(t, "curl", "sleep"), "LABELING=" + labeling, "BILLING=" + billing}, scriptEnv...)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "bash %s:\n%s", walkthroughScript, out)
 			require.True(t, strings.HasSuffix(string(out), "walkthrough: ok\n"), "%s", out)
 			require.Contains(t, string(out), `"activeRules":1}`)
 		})
 	}
+}
+
+// withAuthentication turns env's authentication on against a test issuer and
+// returns the variables the README's Quick start gives the walk-through: AUTH,
+// a token of that issuer for the README's ORG, and the README's OTHER_ORG.
+func withAuthentication(t *testing.T, env map[string]string) (map[string]string, []string) {
+	t.Helper()
+	var step string
+	for _, c := range quickStartSteps(t) {
+		if strings.Contains(c, "bash "+walkthroughScript) {
+			step = c
+		}
+	}
+	m := regexp.MustCompile(`ORG=(\S+) OTHER_ORG=(\S+) bash `).FindStringSubmatch(step)
+	require.NotNil(t, m, "the Quick start runs the walk-through as ORG=… OTHER_ORG=… bash %s: %q", walkthroughScript, step)
+	iss := authtest.New(t)
+	cfg := iss.Config()
+	on := map[string]string{"AUTH_DISABLED": "false", "AUTH_JWKS_URL": cfg.JWKSURL, "AUTH_ISSUER": cfg.Issuer, "AUTH_AUDIENCE": cfg.Audience}
+	for k, v := range env {
+		if _, set := on[k]; !set {
+			on[k] = v
+		}
+	}
+	return on, []string{"AUTH=Authorization: Bearer " + iss.For(t, m[1]), "ORG=" + m[1], "OTHER_ORG=" + m[2]}
 }
 
 // tools returns the path of an installed program, failing t without it.

@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
 # The README's walk-through: one rule through its life, on the pair the
-# no-install command starts (authentication off). Each step checks its answer
-# and stops the script when it is wrong, because deploy/walkthrough_test.go runs
-# this very file against the real binaries. Needs only bash, curl and sleep (the
+# no-install command starts (authentication off) or, given a token, on the pair
+# Compose starts. Each step checks its answer and stops the script when it is
+# wrong, because deploy/walkthrough_test.go runs this very file against the real
+# binaries, with authentication off and on. Needs only bash, curl and sleep (the
 # test runs it with nothing else on PATH).
 set -euo pipefail
 LABELING=${LABELING:-http://localhost:8080}
 BILLING=${BILLING:-http://localhost:8081}
+# With authentication on (the Docker Quick start): AUTH is the Authorization
+# header of a token for ORG, and OTHER_ORG an org the token does not cover.
+AUTH=${AUTH:-}
+auth=()
+[[ -z $AUTH ]] || auth=(-H "$AUTH")
 
-# Fresh ids on every run (any UUIDs do), so the walk-through can run again on
-# the same data: a second create under the same id would be a replay.
+# Fresh ids on every run (any UUIDs do; ORG is the token's org when AUTH is
+# set), so the walk-through can run again on the same data: a second create
+# under the same id would be a replay.
 uuid() { printf '%04x%04x-%04x-4%03x-%04x-%04x%04x%04x\n' $RANDOM $RANDOM $RANDOM \
   $((RANDOM & 0xfff)) $((RANDOM & 0x3fff | 0x8000)) $RANDOM $RANDOM $RANDOM; }
-ORG=$(uuid) RULE=$(uuid)
+ORG=${ORG:-$(uuid)} RULE=$(uuid)
 
 # check CODE TEXT CURL_ARGS...: one request; print its body, stop unless the
 # status is CODE and the body holds TEXT.
 check() {
   local code=$1 text=$2 out
   shift 2
-  out=$(curl -sS -w '\n%{http_code}' "$@")
+  out=$(curl -sS -w '\n%{http_code}' ${auth[@]+"${auth[@]}"} "$@")
   echo "${out%$'\n'*}"
   [[ ${out##*$'\n'} == "$code" && $out == *"$text"* ]] || { echo "walkthrough: expected $code with $text" >&2; exit 1; }
 }
@@ -29,7 +36,7 @@ check() {
 quota() {
   local got= i
   for ((i = 0; i < 150; i++)); do
-    got=$(curl -sS "$BILLING/v1/orgs/$ORG/quota") && [[ $got == *'"activeRules":'"$1}"* ]] && { echo "$got"; return; }
+    got=$(curl -sS ${auth[@]+"${auth[@]}"} "$BILLING/v1/orgs/$ORG/quota") && [[ $got == *'"activeRules":'"$1}"* ]] && { echo "$got"; return; }
     sleep 0.2
   done
   echo "walkthrough: quota never reached $1: $got" >&2; exit 1
@@ -60,4 +67,12 @@ check 200 "\"id\":\"$RULE\"" -X POST "$LABELING/v1/orgs/$ORG/rules" -H 'Content-
 # The same id with another body is a conflict: 409 rule_id_conflict.
 check 409 rule_id_conflict -X POST "$LABELING/v1/orgs/$ORG/rules" -H 'Content-Type: application/json' \
   -d '{"id":"'"$RULE"'","name":"Receipts","pattern":"receipt","label":"finance"}'
+if [[ -n $AUTH ]]; then
+  # Without the token: 401. Under an org the token does not cover: 404, as for
+  # a rule that does not exist, so the answer tells nothing of what it holds.
+  auth=()
+  check 401 unauthorized "$LABELING/v1/orgs/$ORG/rules/$RULE"
+  auth=(-H "$AUTH")
+  check 404 not_found "$LABELING/v1/orgs/${OTHER_ORG:?OTHER_ORG names an org the token does not cover}/rules/$RULE"
+fi
 echo "walkthrough: ok"
