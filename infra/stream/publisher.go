@@ -71,6 +71,8 @@ type Publisher struct {
 	js      jetstream.JetStream
 	ready   atomic.Bool           // the stream and every durable of cfg.Consumers were seen as they must be
 	blocked atomic.Pointer[error] // why not ready, for Publish's error
+	checked chan struct{}         // closed when the first check has ended, ready or not
+	once    sync.Once             // closes checked
 	kick    chan struct{}         // asks the stream loop to check the stream again
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -104,7 +106,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 	if cfg.CheckEvery <= 0 {
 		cfg.CheckEvery = 30 * time.Second
 	}
-	p := &Publisher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1)}
+	p := &Publisher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1), checked: make(chan struct{})}
 	p.block(errors.New("not checked yet"))
 	return p, nil
 }
@@ -177,6 +179,7 @@ func (p *Publisher) ensureLoop(ctx context.Context) {
 			err := p.ensure(cctx)
 			cancel()
 			if err == nil {
+				p.once.Do(func() { close(p.checked) })
 				break
 			}
 			if ctx.Err() != nil {
@@ -185,6 +188,7 @@ func (p *Publisher) ensureLoop(ctx context.Context) {
 			if errors.Is(err, ErrRetention) || !p.ready.Load() {
 				p.block(err) // Publish's error says why
 			}
+			p.once.Do(func() { close(p.checked) })
 			switch {
 			case errors.Is(err, ErrRetention):
 				if n == 1 {
@@ -242,6 +246,16 @@ func (p *Publisher) ensure(ctx context.Context) error {
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if p.js == nil {
 		return errors.New("nats publisher not started")
+	}
+	if !p.ready.Load() {
+		// A relay's first claims come as soon as the service starts, before
+		// the first check of the stream has had its answers: wait for that
+		// check (within the attempt's own deadline) rather than spend an
+		// attempt, and a durable retry delay, on "not checked yet".
+		select {
+		case <-p.checked:
+		case <-ctx.Done():
+		}
 	}
 	if !p.ready.Load() {
 		publishes.WithLabelValues(PublishFailed).Inc()

@@ -184,6 +184,15 @@ func TestPublisher(t *testing.T) {
 		require.JSONEq(t, `{"id":"`+m.ID.String()+`","type":"RuleActivated","occurredAt":1700000000000,"payload":{"orgId":"x"}}`, string(raw.Data))
 	})
 
+	t.Run("a publish right after start waits for the first check of the stream instead of failing", func(t *testing.T) {
+		t.Parallel()
+		s := natsServer(t, "", "")
+		p := publisher(t, s.ClientURL())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, p.Publish(ctx, message("RuleActivated")), "the first attempt succeeds: no attempt is spent on \"not checked yet\"")
+	})
+
 	t.Run("starts without a server, fails publishes, and makes the stream once the server is up", func(t *testing.T) {
 		t.Parallel()
 		addr := freeAddr(t)
