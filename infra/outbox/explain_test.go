@@ -127,10 +127,12 @@ func TestPlansStayOnIndexes(t *testing.T) {
 						}
 					}
 				})
+				if genericOnly[state] && mode != "force_generic_plan" {
+					// A table this small may be scanned by a custom plan; the
+					// relay's plans are generic, which the other mode checks.
+					continue
+				}
 				t.Run("the settle reads the primary key with a "+mode, func(t *testing.T) {
-					if genericOnly[state] && mode != "force_generic_plan" {
-						t.Skip("a table this small may be scanned by a custom plan; the relay's are generic")
-					}
 					p := explain(t, db, mode, "settle(uuid[], uuid[], text[], bigint[], text[])", outbox.SettleSQL,
 						strings.Join([]string{idList, tokList, kinds, ats, errs}, ", "))
 					require.Contains(t, p, "outbox_events_pkey", p)
