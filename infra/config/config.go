@@ -215,12 +215,13 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 	return c, r.err
 }
 
-// LoadCommand reads what an operator command needs: DATABASE_URL (def when
-// unset: the service's Default*Database) and the database bounds, never
-// EVENTS_TOKEN.
+// LoadCommand reads what an operator command needs, and only that (contract
+// section 1): DATABASE_URL (def when unset: the service's Default*Database)
+// and the DB_* bounds; never EVENTS_TOKEN, nor HTTP_REQUEST_TIMEOUT, so a
+// setting meant for serve cannot stop a migration or a requeue.
 func LoadCommand(lookup Lookup, def string) (Command, error) {
 	r := reader{lookup: lookup}
-	c := Command{Bounds: r.bounds()}
+	c := Command{Bounds: r.dbBounds()}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(def)
 	return c, r.err
 }
@@ -232,8 +233,14 @@ func LoadHTTPAddr(lookup Lookup, def string) string {
 }
 
 func (r *reader) bounds() Bounds {
+	b := r.dbBounds()
+	b.RequestTimeout = r.duration("HTTP_REQUEST_TIMEOUT", DefaultRequestTimeout, MaxRequestTimeout)
+	return b
+}
+
+// dbBounds reads the DB_* bounds alone (RequestTimeout stays zero).
+func (r *reader) dbBounds() Bounds {
 	return Bounds{
-		RequestTimeout:   r.duration("HTTP_REQUEST_TIMEOUT", DefaultRequestTimeout, MaxRequestTimeout),
 		StatementTimeout: r.duration("DB_STATEMENT_TIMEOUT", DefaultStatementTimeout, maxDBTimeout),
 		LockTimeout:      r.duration("DB_LOCK_TIMEOUT", DefaultLockTimeout, maxDBTimeout),
 	}

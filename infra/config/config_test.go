@@ -396,3 +396,18 @@ func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
 		})
 	}
 }
+
+// Contract section 1: the operator commands read only DATABASE_URL and the DB_*
+// bounds, so a setting meant for serve (a bad one too) never stops them.
+func TestLoadCommandReadsOnlyTheDatabase(t *testing.T) {
+	t.Parallel()
+	var asked []string
+	c, err := config.LoadCommand(func(name string) (string, bool) {
+		asked = append(asked, name)
+		return map[string]string{"HTTP_REQUEST_TIMEOUT": "bogus", "EVENTS_TOKEN": "", "DB_LOCK_TIMEOUT": "3s"}[name], name != "DATABASE_URL"
+	}, config.DefaultLabelingDatabase)
+	require.NoError(t, err, "HTTP_REQUEST_TIMEOUT is serve's: a command never reads it")
+	require.ElementsMatch(t, []string{"DATABASE_URL", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT"}, asked)
+	require.Equal(t, 3*time.Second, c.Bounds.LockTimeout)
+	require.Equal(t, config.DefaultLabelingDatabase, c.DatabaseURL)
+}
