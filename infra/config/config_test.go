@@ -408,6 +408,6 @@ func TestLoadCommandReadsOnlyTheDatabase(t *testing.T) {
 	}, config.DefaultLabelingDatabase)
 	require.NoError(t, err, "HTTP_REQUEST_TIMEOUT is serve's: a command never reads it")
 	require.ElementsMatch(t, []string{"DATABASE_URL", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT"}, asked)
-	require.Equal(t, 3*time.Second, c.Bounds.LockTimeout)
+	require.Equal(t, 3*time.Second, c.LockTimeout)
 	require.Equal(t, config.DefaultLabelingDatabase, c.DatabaseURL)
 }
