@@ -35,18 +35,7 @@ func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
 	if err != nil {
 		return outbox.Config{}, fmt.Errorf("labeling configuration from the environment: %w", err)
 	}
-	cfg := outbox.Config{
-		PollInterval:       c.PollInterval,
-		ClaimSize:          c.ClaimSize,
-		Workers:            c.Workers,
-		HandlerTimeout:     c.HandlerTimeout,
-		Lease:              c.Lease,
-		MaxAttempts:        c.MaxAttempts,
-		RetryBase:          c.RetryBase,
-		RetryMax:           c.RetryMax,
-		ProcessedRetention: c.ProcessedRetention,
-		Notify:             c.OutboxNotify,
-	}
+	cfg := outbox.ConfigFrom(c)
 	if set == "" {
 		return cfg, nil
 	}

@@ -6,8 +6,13 @@
 package migrations
 
 import (
+	"context"
 	"embed"
+	"fmt"
 	"io/fs"
+	"log/slog"
+
+	"github.com/pressly/goose/v3"
 )
 
 //go:embed labeling/postgres/*.sql billing/postgres/*.sql labeling/sqlite/*.sql billing/sqlite/*.sql
@@ -48,4 +53,20 @@ func sub(dir string) fs.FS {
 		panic(err)
 	}
 	return f
+}
+
+// Up applies every pending migration of provider (either dialect's) and logs
+// each one applied, when logger is not nil: the one step both dialects' Migrate
+// end with.
+func Up(ctx context.Context, provider *goose.Provider, logger *slog.Logger) error {
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if logger != nil {
+		for _, r := range results {
+			logger.Info("migration applied", "source", r.Source.Path, "duration", r.Duration)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/acme/outboxpair/infra/config"
 )
 
 // Config tunes a relay. The handler timeout must not exceed the lease (the
@@ -88,4 +90,22 @@ func (c Config) validate() error {
 		return fmt.Errorf("outbox: invalid relay config: %w", err)
 	}
 	return nil
+}
+
+// ConfigFrom is the relay's Config as labeling's settings give it (the
+// OUTBOX_* variables, infra/config): the one mapping serve, the property test
+// and the benchmark all use, so a setting added to one is added to all.
+func ConfigFrom(c config.Labeling) Config {
+	return Config{
+		PollInterval:       c.PollInterval,
+		ClaimSize:          c.ClaimSize,
+		Workers:            c.Workers,
+		HandlerTimeout:     c.HandlerTimeout,
+		Lease:              c.Lease,
+		MaxAttempts:        c.MaxAttempts,
+		RetryBase:          c.RetryBase,
+		RetryMax:           c.RetryMax,
+		ProcessedRetention: c.ProcessedRetention,
+		Notify:             c.OutboxNotify,
+	}
 }

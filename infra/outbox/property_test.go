@@ -125,18 +125,7 @@ func drawConfig(rt *rapid.T) outbox.Config {
 	_, env["OUTBOX_RETRY_MAX"] = ms("OUTBOX_RETRY_MAX", base, 4*base)
 	c, err := config.LoadLabeling(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
 	require.NoError(rt, err, "drawn within what the configuration accepts: %v", env)
-	return outbox.Config{
-		PollInterval:       c.PollInterval,
-		ClaimSize:          c.ClaimSize,
-		Workers:            c.Workers,
-		HandlerTimeout:     c.HandlerTimeout,
-		Lease:              c.Lease,
-		MaxAttempts:        c.MaxAttempts,
-		RetryBase:          c.RetryBase,
-		RetryMax:           c.RetryMax,
-		ProcessedRetention: c.ProcessedRetention,
-		Notify:             c.OutboxNotify,
-	}
+	return outbox.ConfigFrom(c)
 }
 
 func runPropertyCase(t *testing.T, rt *rapid.T, pool *dbtest.DB) {

@@ -20,7 +20,6 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
-	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/migrations"
@@ -159,16 +158,7 @@ func migrateDB(ctx context.Context, db *sql.DB, set migrations.Set, logger *slog
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	results, err := provider.Up(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	if logger != nil {
-		for _, r := range results {
-			logger.Info("migration applied", "source", r.Source.Path, "duration", r.Duration)
-		}
-	}
-	return nil
+	return migrations.Up(ctx, provider, logger)
 }
 
 // setVersions are the goose versions of set's files, and 0, the row goose
@@ -286,50 +276,3 @@ func Unavailable(err error) bool {
 	// Anything that never got a server answer: dial errors, timeouts, closed pool.
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isNetError(err)
 }
-
-// closeWithin closes pool, waiting no longer than ctx. Closing waits for every
-// connection to be handed back and to say goodbye to the server; with the
-// database unreachable that can take long, and nothing is lost by leaving it
-// to the process exit: the server ends a session whose client is gone, an
-// abandoned transaction within Bounds' idle-in-transaction timeout.
-func closeWithin(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
-	done := make(chan struct{})
-	go func() {
-		pool.Close()
-		close(done)
-	}()
-	start := time.Now()
-	select {
-	case <-done:
-		logger.Info("database pool closed", "duration_ms", time.Since(start).Milliseconds())
-	case <-ctx.Done():
-		logger.Warn("database pool did not close within its share of the stop budget; its connections are left to the exit")
-	}
-}
-
-// Config names a service's database, the migrations it owns and the bounds of its
-// pool.
-type Config struct {
-	URL        string
-	Migrations migrations.Set
-	Bounds     Bounds
-}
-
-// Module provides the service's *pgxpool.Pool, with cfg.Bounds. On start it applies
-// the pending migrations (waiting for a replica that holds the migration lock)
-// over a connection of their own without the bounds, since a migration may rightly
-// take longer than any request, before any component that uses the pool starts; on
-// stop it closes the pool after them.
-var Module = fx.Module("postgres",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (*pgxpool.Pool, error) {
-		pool, err := OpenBounded(context.Background(), cfg.URL, cfg.Bounds)
-		if err != nil {
-			return nil, fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		lc.Append(fx.Hook{
-			OnStart: func(ctx context.Context) error { return MigrateURL(ctx, cfg.URL, cfg.Migrations, logger) },
-			OnStop:  func(ctx context.Context) error { closeWithin(ctx, pool, logger); return nil },
-		})
-		return pool, nil
-	}),
-)

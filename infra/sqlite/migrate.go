@@ -8,6 +8,8 @@ import (
 	"log/slog"
 
 	"github.com/pressly/goose/v3"
+
+	"github.com/acme/outboxpair/migrations"
 )
 
 // Migrate applies every pending migration of fsys to the file of db, recording
@@ -38,14 +40,5 @@ func Migrate(ctx context.Context, db *DB, fsys fs.FS, table string, logger *slog
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	results, err := provider.Up(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	if logger != nil {
-		for _, r := range results {
-			logger.Info("migration applied", "source", r.Source.Path, "duration", r.Duration)
-		}
-	}
-	return nil
+	return migrations.Up(ctx, provider, logger)
 }
