@@ -30,6 +30,7 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
 	return serveApp(cfg, auth.SettingsFrom(authCfg), lookup)
 }
 
@@ -39,6 +40,7 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
 	logger := service.Logger("billing")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	service.WarnOpenListen(logger, cfg.HTTPAddr, authn.Disabled)
 	return service.Run(
 		fx.Supply(
 			logger,

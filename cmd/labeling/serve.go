@@ -33,8 +33,10 @@ func serve(lookup config.Lookup, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
 	logger := service.Logger("labeling")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	service.WarnOpenListen(logger, cfg.HTTPAddr, authCfg.Disabled)
 	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger, labeling.Events()))
 }
 

@@ -226,6 +226,24 @@ func LoadCommand(lookup Lookup, def string) (Command, error) {
 	return c, r.err
 }
 
+// LoopbackHost is the host serve listens on when HTTP_ADDR is unset and
+// AUTH_DISABLED=true (contract section 1): an open /v1 is reachable from this
+// machine only unless HTTP_ADDR says otherwise.
+const LoopbackHost = "127.0.0.1"
+
+// ServeAddr is serve's listen address: HTTP_ADDR when set, else def (":8080",
+// ":8081"), on LoopbackHost when authentication is off.
+func ServeAddr(lookup Lookup, def string, authDisabled bool) string {
+	r := reader{lookup: lookup}
+	if addr := r.str("HTTP_ADDR", ""); addr != "" {
+		return addr
+	}
+	if authDisabled {
+		return LoopbackHost + def
+	}
+	return def
+}
+
 // LoadHTTPAddr reads HTTP_ADDR alone, for the healthcheck command.
 func LoadHTTPAddr(lookup Lookup, def string) string {
 	r := reader{lookup: lookup}

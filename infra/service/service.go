@@ -181,3 +181,28 @@ func Healthcheck(addr string) error {
 	}
 	return nil
 }
+
+// WarnOpenListen logs one WARN at start when authentication is off and addr (an
+// HTTP_ADDR value) is not on loopback: /v1 then takes changes from anyone who
+// can reach the port (contract section 1).
+func WarnOpenListen(logger *slog.Logger, addr string, authDisabled bool) {
+	if authDisabled && !Loopback(addr) {
+		logger.Warn("HTTP_ADDR "+addr+" is reachable from other machines while AUTH_DISABLED=true: anyone who can reach it can change data; unset HTTP_ADDR (127.0.0.1 then) or turn authentication on",
+			"http_addr", addr)
+	}
+}
+
+// Loopback says whether addr (host:port) listens on loopback only: a loopback
+// IP (127.0.0.0/8, ::1) or "localhost", which resolves to one. An empty host,
+// 0.0.0.0 or :: is every interface.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -142,3 +142,13 @@ func TestWithinGivesUpCleanly(t *testing.T) {
 		}
 	})
 }
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "127.0.0.2:1": true, "[::1]:8080": true, "localhost:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.1:8080": false, "example.com:80": false, "nonsense": false,
+	} {
+		require.Equal(t, want, Loopback(addr), addr)
+	}
+}
