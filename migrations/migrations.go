@@ -67,6 +67,17 @@ func Up(ctx context.Context, provider *goose.Provider, logger *slog.Logger) erro
 		for _, r := range results {
 			logger.Info("migration applied", "source", r.Source.Path, "duration", r.Duration)
 		}
+		// One line that says what was done, also when nothing was (contract
+		// section 1): "migrations: applied 2, now at version 5".
+		version, err := provider.GetDBVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate: read the version: %w", err)
+		}
+		msg := fmt.Sprintf("migrations: applied %d, now at version %d", len(results), version)
+		if len(results) == 0 {
+			msg = fmt.Sprintf("migrations: at version %d, nothing to apply", version)
+		}
+		logger.Info(msg, "applied", len(results), "version", version)
 	}
 	return nil
 }

@@ -25,12 +25,16 @@ func runArgs(args ...string) (code int, stdout, stderr string) {
 func TestUsage(t *testing.T) {
 	t.Parallel()
 
-	t.Run("a usage error prints what is wrong, then the usage, on stderr and exits 2", func(t *testing.T) {
+	t.Run("a usage error prints what is wrong, then the help command to run, on stderr and exits 2", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, stderr := runArgs("nats")
 		require.Equal(t, cli.ExitUsage, code)
 		require.Empty(t, stdout)
-		require.Equal(t, "billing: nats needs a subcommand: failed\n\n"+program.Usage(), stderr)
+		require.Equal(t, "billing: nats needs a subcommand: failed\nrun \"billing help nats\" for the usage\n", stderr)
+		code, stdout, _ = runArgs("help", "nats")
+		require.Equal(t, cli.ExitOK, code)
+		require.Contains(t, stdout, "nats failed")
+		require.NotContains(t, stdout, "apply pending migrations")
 	})
 
 	t.Run("-h after a command prints the usage on stdout and exits 0", func(t *testing.T) {

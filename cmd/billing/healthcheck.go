@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/acme/outboxpair/infra/config"
@@ -10,6 +11,11 @@ import (
 // healthcheck is `billing healthcheck`: nil when the server on HTTP_ADDR answers
 // /readyz with 200. HTTP_ADDR only: a health check needs no secret and no
 // database.
-func healthcheck(lookup config.Lookup, _ io.Writer) error {
-	return service.Healthcheck(config.LoadHTTPAddr(lookup, ":8081"))
+func healthcheck(lookup config.Lookup, stdout, _ io.Writer) error {
+	addr := config.LoadHTTPAddr(lookup, ":8081")
+	if err := service.Healthcheck(addr); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ready: the server on %s answered /readyz with 200\n", addr)
+	return nil
 }

@@ -177,11 +177,11 @@ func TestBadStart(t *testing.T) {
 		oneLine(t, runCmd(t, env("DATABASE_URL=postgres://postgres@127.0.0.1:5432/x", "EVENTS_TOKEN=x", "RECEIPTS_RETENTION=30d")), "RECEIPTS_RETENTION")
 	})
 
-	t.Run("an unknown subcommand prints the usage and exits 2", func(t *testing.T) {
+	t.Run("an unknown subcommand prints the error and the help to run, two lines, and exits 2", func(t *testing.T) {
 		t.Parallel()
 		r := runCmd(t, env(), "deploy")
 		require.Equal(t, 2, r.code)
-		require.Contains(t, r.stderr, "usage: billing")
+		require.Equal(t, "billing: unknown command \"deploy\"\nrun \"billing help\" for the usage\n", r.stderr)
 		require.Empty(t, r.stdout)
 	})
 

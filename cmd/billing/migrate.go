@@ -16,7 +16,7 @@ import (
 // migrate is `billing migrate`: it applies the pending migrations and exits. It
 // reads DATABASE_URL only, is bounded like labeling's by commandTimeout, and is
 // stopped by a signal.
-func migrate(lookup config.Lookup, stdout io.Writer) error {
+func migrate(lookup config.Lookup, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
 		return err

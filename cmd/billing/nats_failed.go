@@ -15,7 +15,7 @@ import (
 // natsFailed is `billing nats failed`: it prints billing_nats_failed, one message
 // a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at
 // (RFC 3339), reason. DATABASE_URL only, like every operator command.
-func natsFailed(lookup config.Lookup, stdout io.Writer) error {
+func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
 		return err
@@ -30,6 +30,10 @@ func natsFailed(lookup config.Lookup, stdout io.Writer) error {
 	rows, err := billing.ListNATSFailed(ctx, db)
 	if err != nil {
 		return err
+	}
+	if len(rows) == 0 {
+		// On stderr: stdout stays the (empty) listing a script reads.
+		fmt.Fprintln(stderr, "no failed records")
 	}
 	esc := strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`)
 	for _, f := range rows {

@@ -20,7 +20,7 @@ import (
 
 // serve is `billing serve`, the default command: it migrates, then serves HTTP
 // (and consumes the stream when NATS_URL is set) until SIGINT or SIGTERM.
-func serve(lookup config.Lookup, _ io.Writer) error {
+func serve(lookup config.Lookup, _, _ io.Writer) error {
 	cfg, err := config.LoadBilling(lookup)
 	if err != nil {
 		return err

@@ -51,8 +51,8 @@ func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 // operator runs an operator command: it reads DATABASE_URL and the DB_* bounds
 // only (never EVENTS_TOKEN: such a command never delivers) and runs within
 // commandTimeout, stopped early by SIGINT or SIGTERM.
-func operator(fn func(ctx context.Context, cfg config.Command, stdout io.Writer) error) cli.Action {
-	return func(lookup config.Lookup, stdout io.Writer) error {
+func operator(fn func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error) cli.Action {
+	return func(lookup config.Lookup, stdout, stderr io.Writer) error {
 		cfg, err := config.LoadCommand(lookup, config.DefaultLabelingDatabase)
 		if err != nil {
 			return err
@@ -61,6 +61,6 @@ func operator(fn func(ctx context.Context, cfg config.Command, stdout io.Writer)
 		defer stop()
 		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
-		return fn(ctx, cfg, stdout)
+		return fn(ctx, cfg, stdout, stderr)
 	}
 }

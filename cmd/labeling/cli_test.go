@@ -32,7 +32,7 @@ func runCLI(vars map[string]string, args ...string) (code int, stdout, stderr st
 func TestUsage(t *testing.T) {
 	t.Parallel()
 
-	t.Run("bad arguments print usage on stderr and exit 2", func(t *testing.T) {
+	t.Run("bad arguments print the error and a help hint on stderr, two lines, and exit 2", func(t *testing.T) {
 		t.Parallel()
 		for _, args := range [][]string{
 			{"bogus"},
@@ -55,7 +55,17 @@ func TestUsage(t *testing.T) {
 			require.Equal(t, exitUsage, code, "%q", args)
 			require.Empty(t, stdout)
 			require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
-			require.Contains(t, stderr, "usage: labeling")
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			require.Len(t, lines, 2, "the error and the hint, no usage to scroll it away: %q", stderr)
+			require.Regexp(t, `^run "labeling help( outbox| serve| migrate)?" for the usage$`, lines[1])
+			if args[0] == "outbox" {
+				require.Equal(t, `run "labeling help outbox" for the usage`, lines[1])
+			}
+			// The hint runs and prints that part of the usage.
+			hint := strings.Fields(strings.Trim(strings.TrimPrefix(strings.TrimSuffix(lines[1], " for the usage"), "run "), `"`))
+			code, stdout, _ = runCLI(nil, hint[1:]...)
+			require.Equal(t, exitOK, code, hint)
+			require.Contains(t, stdout, "usage: labeling")
 		}
 	})
 

@@ -11,7 +11,7 @@ import (
 )
 
 // migrate is `labeling migrate`: it applies the pending migrations and exits.
-func migrate(ctx context.Context, cfg config.Command, stdout io.Writer) error {
+func migrate(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
 	// Logged like serve's migrations, to this command's stdout.
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)

@@ -20,14 +20,14 @@ import (
 
 // withStore runs fn as an operator command with the outbox store of
 // DATABASE_URL's database (either dialect).
-func withStore(fn func(ctx context.Context, store outbox.Store, stdout io.Writer) error) cli.Action {
-	return operator(func(ctx context.Context, cfg config.Command, stdout io.Writer) error {
+func withStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
+	return operator(func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
 		db, err := database.Open(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
 		if err != nil {
 			return fmt.Errorf("DATABASE_URL: %w", err)
 		}
 		defer db.Close()
-		return fn(ctx, outbox.NewStore(db), stdout)
+		return fn(ctx, outbox.NewStore(db), stdout, stderr)
 	})
 }
 
@@ -40,7 +40,7 @@ func onIDs(name, done string, op func(context.Context, outbox.Store, []uuid.UUID
 		if err != nil {
 			return nil, err
 		}
-		return withStore(func(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+		return withStore(func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error {
 			n, err := op(ctx, store, ids)
 			if err != nil {
 				return err

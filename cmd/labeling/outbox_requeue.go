@@ -27,7 +27,7 @@ func parseRequeue(fs *flag.FlagSet) func(args []string) (cli.Action, error) {
 }
 
 // requeueAllFailed makes every failed row pending again.
-func requeueAllFailed(ctx context.Context, store outbox.Store, stdout io.Writer) error {
+func requeueAllFailed(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error {
 	n, err := outbox.RequeueAllFailed(ctx, store)
 	if err != nil {
 		return err

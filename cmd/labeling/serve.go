@@ -23,7 +23,7 @@ import (
 
 // serve is `labeling serve`, the default command: it migrates, then serves HTTP
 // and relays the outbox until SIGINT or SIGTERM.
-func serve(lookup config.Lookup, _ io.Writer) error {
+func serve(lookup config.Lookup, _, _ io.Writer) error {
 	cfg, err := config.LoadLabeling(lookup)
 	if err != nil {
 		return err

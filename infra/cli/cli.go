@@ -24,9 +24,10 @@ const (
 )
 
 // Action runs a command whose arguments were accepted: it reads the configuration
-// it needs through lookup and writes its output to stdout. An error is a failure,
-// exit 1.
-type Action func(lookup config.Lookup, stdout io.Writer) error
+// it needs through lookup and writes its output to stdout, and a note for the
+// operator that is not output (an empty listing's "no failed rows") to stderr.
+// An error is a failure, exit 1.
+type Action func(lookup config.Lookup, stdout, stderr io.Writer) error
 
 // Command is one row of a program's table.
 type Command struct {
@@ -66,33 +67,56 @@ type Program struct {
 	Environment []string
 }
 
-// help is the command every program has.
+// help is the command every program has; Program.parse runs it (its words name
+// the commands whose usage it prints).
 var help = Command{
 	Name:    "help",
-	Summary: "print this usage and exit (also -h, --help)",
-	Parse: NoFlags(func(args []string) (Action, error) {
-		if len(args) > 0 {
-			return nil, fmt.Errorf("help takes no arguments, got %q", args)
-		}
-		return nil, flag.ErrHelp
-	}),
+	Args:    "[COMMAND]",
+	Summary: "print the usage (only COMMAND's with it) and exit (also -h, --help)",
+	Run:     func(config.Lookup, io.Writer, io.Writer) error { return flag.ErrHelp },
 }
+
+// helpTopic asks for the usage of the commands whose names start with words.
+type helpTopic struct{ words []string }
+
+func (h helpTopic) Error() string { return "help " + strings.Join(h.words, " ") }
+
+// usageError is a usage error about the command (or group) topic, "" when the
+// words name none: the hint line points at that command's help.
+type usageError struct {
+	topic string
+	err   error
+}
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
 
 // Run is the whole program: it parses args against the table and runs the
 // command. Help (help, -h, --help, at any level) prints the usage on stdout
-// and exits 0; a usage error prints its message and the usage on stderr and
-// exits 2; an action's error prints one line on stderr and exits 1.
+// and exits 0 (help COMMAND: that command's part of it); a usage error prints
+// two lines on stderr, its message and the help command to run (the usage
+// itself would scroll the message away), and exits 2; an action's error
+// prints one line on stderr and exits 1.
 func (p *Program) Run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
 	act, err := p.parse(args)
+	var topic helpTopic
 	switch {
+	case errors.As(err, &topic):
+		fmt.Fprint(stdout, p.usage(topic.words))
+		return ExitOK
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, p.Usage())
 		return ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n\n%s", p.Name, err, p.Usage())
+		hint := p.Name + " help"
+		var u usageError
+		if errors.As(err, &u) && u.topic != "" {
+			hint += " " + u.topic
+		}
+		fmt.Fprintf(stderr, "%s: %v\nrun %q for the usage\n", p.Name, err, hint)
 		return ExitUsage
 	}
-	if err := act(lookup, stdout); err != nil {
+	if err := act(lookup, stdout, stderr); err != nil {
 		// One line, as the contract asks of start-up failures and as log
 		// collectors expect of stderr.
 		fmt.Fprintf(stderr, "%s: %s\n", p.Name, strings.Join(strings.Fields(err.Error()), " "))
@@ -112,19 +136,31 @@ func (p *Program) parse(args []string) (Action, error) {
 	if len(words) == 0 {
 		words = []string{p.Default}
 	}
+	if words[0] == help.Name {
+		if len(words) > 1 && p.usage(words[1:]) == "" {
+			return nil, usageError{err: fmt.Errorf("help: no command %q", strings.Join(words[1:], " "))}
+		}
+		return nil, helpTopic{words[1:]}
+	}
 	c, rest, err := p.find(words)
 	if err != nil {
 		return nil, err
 	}
+	// The hint of a usage error: the command's group ("outbox"), or the command.
+	topic := strings.Fields(c.Name)[0]
 	fs := flagSet(c.Name)
 	parse := c.parser(fs)
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%s: %w", c.Name, err)
+		return nil, usageError{topic, fmt.Errorf("%s: %w", c.Name, err)}
 	}
-	return parse(fs.Args())
+	act, err := parse(fs.Args())
+	if err != nil {
+		return nil, usageError{topic, err}
+	}
+	return act, nil
 }
 
 // find returns the command that words name and the words after its name.
@@ -140,7 +176,7 @@ func (p *Program) find(words []string) (Command, []string, error) {
 		}
 	}
 	if len(group) == 0 {
-		return Command{}, nil, fmt.Errorf("unknown command %q", words[0])
+		return Command{}, nil, usageError{err: fmt.Errorf("unknown command %q", words[0])}
 	}
 	// A group's name without one of its commands; -h after it is help.
 	fs := flagSet(words[0])
@@ -148,12 +184,12 @@ func (p *Program) find(words []string) (Command, []string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return Command{}, nil, err
 		}
-		return Command{}, nil, fmt.Errorf("%s: %w", words[0], err)
+		return Command{}, nil, usageError{words[0], fmt.Errorf("%s: %w", words[0], err)}
 	}
 	if fs.NArg() == 0 {
-		return Command{}, nil, fmt.Errorf("%s needs a subcommand: %s", words[0], orList(group))
+		return Command{}, nil, usageError{words[0], fmt.Errorf("%s needs a subcommand: %s", words[0], orList(group))}
 	}
-	return Command{}, nil, fmt.Errorf("unknown %s subcommand %q", words[0], fs.Arg(0))
+	return Command{}, nil, usageError{words[0], fmt.Errorf("unknown %s subcommand %q", words[0], fs.Arg(0))}
 }
 
 // table is the program's commands and help.
@@ -194,10 +230,17 @@ const lineWidth = 80
 // Usage is the program's usage text, generated from its table: a line for each
 // command (with its arguments) and for each flag its flag set declares, then
 // the configuration paragraphs.
-func (p *Program) Usage() string {
+func (p *Program) Usage() string { return p.usage(nil) }
+
+// usage is the usage of the commands whose names start with words (all of them
+// when there are none), "" when no command does.
+func (p *Program) usage(words []string) string {
 	type row struct{ left, right string }
 	var rows []row
 	for _, c := range p.table() {
+		if name := strings.Fields(c.Name); len(name) < len(words) || !slices.Equal(name[:len(words)], words) {
+			continue
+		}
 		left, summary := c.Name, c.Summary
 		if c.Args != "" {
 			left += " " + c.Args
@@ -216,6 +259,9 @@ func (p *Program) Usage() string {
 			}
 			rows = append(rows, row{left, usage})
 		})
+	}
+	if len(rows) == 0 {
+		return ""
 	}
 	width := 0
 	for _, r := range rows {

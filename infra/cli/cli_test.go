@@ -17,7 +17,7 @@ import (
 
 // say is an action that prints what it was given.
 func say(what string) cli.Action {
-	return func(lookup config.Lookup, stdout io.Writer) error {
+	return func(lookup config.Lookup, stdout, _ io.Writer) error {
 		v, _ := lookup("WHO")
 		fmt.Fprintf(stdout, "%s %s\n", what, v)
 		return nil
@@ -31,7 +31,7 @@ var tool = cli.Program{
 	Default: "serve",
 	Commands: []cli.Command{
 		{Name: "serve", Summary: "serve until stopped", Run: say("serving")},
-		{Name: "fail", Summary: "fail with a message on\ntwo lines", Run: func(config.Lookup, io.Writer) error {
+		{Name: "fail", Summary: "fail with a message on\ntwo lines", Run: func(config.Lookup, io.Writer, io.Writer) error {
 			return errors.New("it broke:\n  badly")
 		}},
 		{Name: "echo", Args: "WORD...", Summary: "print the words", Parse: cli.NoFlags(func(args []string) (cli.Action, error) {
@@ -98,27 +98,42 @@ func TestRun(t *testing.T) {
 		}
 	})
 
-	t.Run("a usage error prints its message, a blank line and the usage on stderr and exits 2", func(t *testing.T) {
+	t.Run("a usage error prints its message and the help command of its topic on stderr, two lines, and exits 2", func(t *testing.T) {
 		t.Parallel()
-		for args, msg := range map[string]string{
-			"bogus":            `unknown command "bogus"`,
-			"-x":               `flag provided but not defined: -x`,
-			"serve now":        `serve takes no arguments, got ["now"]`,
-			"serve --fast":     `serve: flag provided but not defined: -fast`,
-			"echo":             `echo needs a word`,
-			"rows":             `rows needs a subcommand: list or drop`,
-			"rows bogus":       `unknown rows subcommand "bogus"`,
-			"rows --x":         `rows: flag provided but not defined: -x`,
-			"rows drop --none": `rows drop: flag provided but not defined: -none`,
-			"rows drop -limit": `rows drop: flag needs an argument: -limit`,
-			"rows drop -all=3": `rows drop: invalid boolean value "3" for -all: parse error`,
-			"help me":          `help takes no arguments, got ["me"]`,
+		for args, want := range map[string][2]string{
+			"bogus":            {`unknown command "bogus"`, "tool help"},
+			"-x":               {`flag provided but not defined: -x`, "tool help"},
+			"serve now":        {`serve takes no arguments, got ["now"]`, "tool help serve"},
+			"serve --fast":     {`serve: flag provided but not defined: -fast`, "tool help serve"},
+			"echo":             {`echo needs a word`, "tool help echo"},
+			"rows":             {`rows needs a subcommand: list or drop`, "tool help rows"},
+			"rows bogus":       {`unknown rows subcommand "bogus"`, "tool help rows"},
+			"rows --x":         {`rows: flag provided but not defined: -x`, "tool help rows"},
+			"rows drop --none": {`rows drop: flag provided but not defined: -none`, "tool help rows"},
+			"rows drop -limit": {`rows drop: flag needs an argument: -limit`, "tool help rows"},
+			"rows drop -all=3": {`rows drop: invalid boolean value "3" for -all: parse error`, "tool help rows"},
+			"help me":          {`help: no command "me"`, "tool help"},
+			"help rows nope":   {`help: no command "rows nope"`, "tool help"},
 		} {
 			code, stdout, stderr := runTool(strings.Fields(args)...)
 			require.Equal(t, cli.ExitUsage, code, args)
 			require.Empty(t, stdout, args)
-			require.Equal(t, "tool: "+msg+"\n\n"+tool.Usage(), stderr, args)
+			require.Equal(t, "tool: "+want[0]+"\nrun \""+want[1]+"\" for the usage\n", stderr, args)
 		}
+	})
+
+	t.Run("help COMMAND prints that command's part of the usage, and the hint of every usage error runs", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runTool("help", "rows")
+		require.Equal(t, cli.ExitOK, code, stderr)
+		require.Contains(t, stdout, "rows list")
+		require.Contains(t, stdout, "rows drop --all")
+		require.NotContains(t, stdout, "serve until stopped")
+		require.Contains(t, stdout, "WHO, WHERE", "the configuration section is part of every usage")
+		code, stdout, _ = runTool("help", "rows", "drop")
+		require.Equal(t, cli.ExitOK, code)
+		require.NotContains(t, stdout, "rows list")
+		require.Contains(t, stdout, "rows drop ID...")
 	})
 
 	t.Run("a failed action prints one line on stderr and exits 1", func(t *testing.T) {
@@ -146,7 +161,8 @@ commands:
   rows drop ID...      drop these rows
   rows drop --all      drop every row (no ID with it)
   rows drop --limit N  drop at most N rows
-  help                 print this usage and exit (also -h, --help)
+  help [COMMAND]       print the usage (only COMMAND's with it) and exit (also
+                       -h, --help)
 
 configuration (environment):
   WHO, WHERE
@@ -173,6 +189,6 @@ configuration (environment):
 		for _, line := range strings.Split(strings.TrimSuffix(long.Usage(), "\n"), "\n") {
 			require.LessOrEqual(t, len(line), 80, line)
 		}
-		require.Contains(t, long.Usage(), "\n        word word")
+		require.Contains(t, long.Usage(), "\n                  word word")
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/telemetry"
@@ -90,7 +91,11 @@ func Run(opts ...fx.Option) error {
 		fx.StartTimeout(StartTimeout),
 	)...)
 	if err := app.Err(); err != nil {
-		return err
+		// Only the error a constructor returned: fx and dig wrap it in the
+		// chain of types that led to it (hundreds of characters of internal
+		// names), and a constructor's error already names the setting
+		// (DATABASE_URL: ...), as contract section 1 asks of a bad setting.
+		return dig.RootCause(err)
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
@@ -173,11 +178,11 @@ func Healthcheck(addr string) error {
 	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/readyz")
 	if err != nil {
-		return err
+		return fmt.Errorf("HTTP_ADDR %s: no server answers /readyz: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("readyz answered %d", resp.StatusCode)
+		return fmt.Errorf("HTTP_ADDR %s: /readyz answered %d", addr, resp.StatusCode)
 	}
 	return nil
 }
