@@ -135,30 +135,59 @@ var unrunCommands = map[string]string{
 	// The PostgreSQL path without Docker creates databases on the reader's
 	// server and takes the fixed ports; TestWalkthrough/postgres runs the same
 	// binaries and walk-through on fresh PostgreSQL databases.
-	"createdb -h 127.0.0.1 -U postgres labeling":       "creates a database on your server: TestWalkthrough/postgres",
-	"createdb -h 127.0.0.1 -U postgres billing":        "creates a database on your server: TestWalkthrough/postgres",
-	"export EVENTS_TOKEN=dev-token AUTH_DISABLED=true": "the no-install variables, for the two commands below it: TestWalkthrough/postgres",
-	"DATABASE_URL='postgres://postgres@127.0.0.1:5432/billing?sslmode=disable' go run ./cmd/billing > billing.log 2>&1 &":    "fixed port 8081: TestWalkthrough/postgres",
-	"DATABASE_URL='postgres://postgres@127.0.0.1:5432/labeling?sslmode=disable' go run ./cmd/labeling > labeling.log 2>&1 &": "fixed port 8080: TestWalkthrough/postgres",
+	"createdb -h 127.0.0.1 -U postgres labeling": "creates a database on your server: TestWalkthrough/postgres",
+	"createdb -h 127.0.0.1 -U postgres billing":  "creates a database on your server: TestWalkthrough/postgres",
+	`(export EVENTS_TOKEN=dev-token AUTH_DISABLED=true; trap 'kill 0' TERM; DATABASE_URL='postgres://postgres@127.0.0.1:5432/billing?sslmode=disable' go run ./cmd/billing > billing-postgres.log 2>&1 & DATABASE_URL='postgres://postgres@127.0.0.1:5432/labeling?sslmode=disable' go run ./cmd/labeling > labeling-postgres.log 2>&1 & wait) &`: "fixed ports 8080 and 8081: TestWalkthrough/postgres",
+	"kill $!": "stops the pair the line before the walk-through started: TestWalkthrough/postgres stops its own",
 }
 
 // docCommand is one command line of a ```sh or ```bash block of the docs.
 type docCommand struct {
 	where, cmd, comment string
+	// built: the page shows a `go build -o bin/ ./cmd/...` step, after which
+	// bin/labeling and bin/billing run.
+	built bool
+}
+
+// builtStep is the build step a page shows once before running bin/labeling or
+// bin/billing.
+var builtStep = regexp.MustCompile(`(?m)^go build -o bin/ \./cmd/\.\.\.\s*(#.*)?$`)
+
+// binaryCommand reads a labeling or billing command of the docs, as a reader on
+// the page's path types it: `go run ./cmd/NAME ARGS` from the repository root,
+// or `bin/NAME ARGS` on a page that shows the build step. A bare `NAME ARGS`
+// is bare: no fresh clone has it on PATH, so it is reported, never run.
+func binaryCommand(c docCommand, args []string) (name string, argv []string, bare, ok bool) {
+	switch {
+	case len(args) >= 3 && args[0] == "go" && args[1] == "run" && (args[2] == "./cmd/labeling" || args[2] == "./cmd/billing"):
+		return strings.TrimPrefix(args[2], "./cmd/"), args[3:], false, true
+	case len(args) > 0 && c.built && (args[0] == "bin/labeling" || args[0] == "bin/billing"):
+		return strings.TrimPrefix(args[0], "bin/"), args[1:], false, true
+	case len(args) > 0 && (args[0] == "labeling" || args[0] == "billing" || args[0] == "bin/labeling" || args[0] == "bin/billing"):
+		return "", nil, true, false
+	}
+	return "", nil, false, false
 }
 
 func docCommands(t *testing.T) []docCommand {
 	t.Helper()
 	var out []docCommand
 	for _, file := range docFiles(t) {
-		for _, b := range fencedBlocks(read(t, file)) {
+		blocks := fencedBlocks(read(t, file))
+		built := false
+		for _, b := range blocks {
+			if (b.lang == "sh" || b.lang == "bash") && builtStep.MatchString(b.body) {
+				built = true
+			}
+		}
+		for _, b := range blocks {
 			if b.lang != "sh" && b.lang != "bash" {
 				continue
 			}
 			for _, c := range shellCommands(b.body) {
 				cmd, comment := splitComment(c)
 				if cmd != "" {
-					out = append(out, docCommand{fmt.Sprintf("%s (block at line %d)", file, b.line), cmd, comment})
+					out = append(out, docCommand{fmt.Sprintf("%s (block at line %d)", file, b.line), cmd, comment, built})
 				}
 			}
 		}
@@ -183,20 +212,27 @@ func words(cmd string) (env map[string]string, args []string) {
 // Every command in a ```sh or ```bash block of README.md and docs/ is run as
 // written by a script or test: a line of the walk-through, .ci/run,
 // deploy/smoke.sh or the workflow; a go test invocation whose packages and
-// tests exist; or a labeling or billing command, which TestDocsBinaryCommands
-// runs. The few that cannot run here are in unrunCommands with the reason. A
-// new command in the docs that none of these covers fails this test.
+// tests exist; or a labeling or billing command as a fresh clone runs it
+// (`go run ./cmd/labeling …`, or `bin/labeling …` after the page's build step),
+// which TestDocsBinaryCommands runs. The few that cannot run here are in
+// unrunCommands with the reason. A new command in the docs that none of these
+// covers fails this test, and so does a bare `labeling …`, which no fresh clone
+// has on its PATH (issue 26).
 func TestDocsCommands(t *testing.T) {
 	t.Parallel()
 	ran := ranCommands(t)
 	used := map[string]bool{}
 	for _, c := range docCommands(t) {
 		_, args := words(c.cmd)
+		_, _, bare, binary := binaryCommand(c, args)
 		switch {
+		case bare:
+			t.Errorf("%s: %q fails from a fresh clone (command not found): write `go run ./cmd/%s …`, or show `go build -o bin/ ./cmd/...` once on the page and write `bin/…`",
+				c.where, c.cmd, strings.TrimPrefix(args[0], "bin/"))
 		case ran[c.cmd] != "" || ranInside(ran, c.cmd):
 		case len(args) > 1 && args[0] == "go" && args[1] == "test":
 			checkGoTest(t, c.where, args[2:])
-		case len(args) > 0 && (args[0] == "labeling" || args[0] == "billing"):
+		case binary:
 			// TestDocsBinaryCommands runs it.
 		case unrunCommands[c.cmd] != "":
 			used[c.cmd] = true
@@ -284,18 +320,19 @@ func TestDocsBinaryCommands(t *testing.T) {
 	bins := builtBinaries(t)
 	ran := 0
 	for _, c := range docCommands(t) {
-		assigns, args := words(c.cmd)
-		if len(args) == 0 || (args[0] != "labeling" && args[0] != "billing") {
+		assigns, words := words(c.cmd)
+		name, args, _, ok := binaryCommand(c, words)
+		if !ok {
 			continue
 		}
 		ran++
 		t.Run(c.cmd, func(t *testing.T) {
 			t.Parallel()
-			argv := slices.Clone(args[1:])
+			argv := slices.Clone(args)
 			serve := len(argv) > 0 && argv[0] == "serve"
 			// An operator command gets DATABASE_URL alone, as operations.md says
 			// it needs; serve also what the walk-through's pair has.
-			env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), args[0]+".db")}
+			env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), name+".db")}
 			if serve {
 				env["EVENTS_TOKEN"] = "docs-test"
 				env["AUTH_DISABLED"] = "true"
@@ -316,10 +353,10 @@ func TestDocsBinaryCommands(t *testing.T) {
 			if !serve {
 				// An operator command works on the service's database, which
 				// serve (or migrate) has migrated.
-				m := proctest.Start(t, bins[args[0]], env, "migrate")
-				require.Equal(t, 0, m.Wait(t, time.Minute).ExitCode(), "%s migrate", args[0])
+				m := proctest.Start(t, bins[name], env, "migrate")
+				require.Equal(t, 0, m.Wait(t, time.Minute).ExitCode(), "%s migrate", name)
 			}
-			p := proctest.Start(t, bins[args[0]], env, argv...)
+			p := proctest.Start(t, bins[name], env, argv...)
 			if serve {
 				base := "http://" + p.ListenAddr(t)
 				client := &http.Client{Timeout: 5 * time.Second}
