@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -49,6 +50,24 @@ func listenOutcome(t *testing.T, p *proctest.Process) (addr string, warns []stri
 	}
 }
 
+// stopReady waits until the server on addr is ready (fx handles SIGTERM only
+// once start-up is over, after "http listening"), then stops p with SIGTERM,
+// which must exit 0.
+func stopReady(t *testing.T, p *proctest.Process, addr string) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	require.Eventually(t, func() bool {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 20*time.Millisecond)
+	p.Signal(t, syscall.SIGTERM)
+	require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+}
+
 // Contract section 1: with authentication off and HTTP_ADDR unset, serve
 // listens on loopback only; a non-loopback HTTP_ADDR with authentication off
 // is warned about at start.
@@ -76,8 +95,7 @@ func TestListenDefaultWithAuthOff(t *testing.T) {
 			}
 			require.Equal(t, "127.0.0.1:"+svc.port, addr)
 			require.Empty(t, warns[1:], "only the AUTH_DISABLED warning, no listen warning: %v", warns)
-			p.Signal(t, syscall.SIGTERM)
-			require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+			stopReady(t, p, addr)
 		})
 		t.Run(svc.name+" on every interface with authentication off warns at start", func(t *testing.T) {
 			t.Parallel()
@@ -88,8 +106,7 @@ func TestListenDefaultWithAuthOff(t *testing.T) {
 			require.NotEmpty(t, addr, stderr)
 			require.Len(t, warns, 2, "the AUTH_DISABLED warning and the listen warning: %v", warns)
 			require.Contains(t, warns[1]+warns[0], "HTTP_ADDR :0 is reachable from other machines while AUTH_DISABLED=true")
-			p.Signal(t, syscall.SIGTERM)
-			require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+			stopReady(t, p, addr)
 		})
 		t.Run(svc.name+" on a loopback HTTP_ADDR with authentication off does not warn about it", func(t *testing.T) {
 			t.Parallel()
@@ -99,8 +116,7 @@ func TestListenDefaultWithAuthOff(t *testing.T) {
 			addr, warns, stderr := listenOutcome(t, p)
 			require.NotEmpty(t, addr, stderr)
 			require.Len(t, warns, 1, "the AUTH_DISABLED warning alone: %v", warns)
-			p.Signal(t, syscall.SIGTERM)
-			require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+			stopReady(t, p, addr)
 		})
 	}
 }
