@@ -47,6 +47,8 @@ func TestRequestsAsStrictAsTheSpec(t *testing.T) {
 		}{
 			{name: "envelope names in another case", status: 400,
 				body: fmt.Sprintf(`{"ID":%q,"TYPE":"RuleActivated","OccurredAt":1,"Payload":{"ORGID":%q,"RuleId":%q}}`, fresh(), org, rule)},
+			{name: "envelope names in another case around a right payload", status: 400,
+				body: fmt.Sprintf(`{"ID":%q,"Type":"RuleActivated","OCCURREDAT":1,"Payload":%s}`, fresh(), payload)},
 			{name: "payload names in another case", status: 400,
 				body: envelope(fresh(), "RuleActivated", "1", fmt.Sprintf(`{"ORGID":%q,"ruleId":%q}`, org, rule))},
 			{name: "a duplicate envelope key", status: 400, prose: true,
