@@ -57,6 +57,10 @@ func (h *Handler) deliver(c echo.Context) error {
 		return err
 	}
 	var env Envelope
+	if err := web.CheckQuery(c); err != nil {
+		h.svc.countEvent(typeOther, OutcomeRejected)
+		return err
+	}
 	if err := web.DecodeJSON(c, &env); err != nil {
 		h.svc.countEvent(typeOther, OutcomeRejected)
 		return err
@@ -113,6 +117,9 @@ type QuotaBody struct {
 }
 
 func (h *Handler) quota(c echo.Context) error {
+	if err := web.CheckQuery(c); err != nil {
+		return err
+	}
 	org, err := ParseOrgID(c.Param("orgId"))
 	if err != nil {
 		return err

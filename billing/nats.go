@@ -1,12 +1,9 @@
 package billing
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +12,7 @@ import (
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/web"
 )
 
 // Durable is the name of billing's consumer of the stream. Every billing replica
@@ -71,15 +69,11 @@ func (s *Service) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
 // handleNATS applies a message whose signature verified.
 func (s *Service) handleNATS(ctx context.Context, m stream.Message) error {
 	var env Envelope
-	dec := json.NewDecoder(bytes.NewReader(m.Data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&env); err != nil {
+	// The same rules as the HTTP intake (web.Unmarshal): exact names, no
+	// duplicate, valid UTF-8, no NUL, one value.
+	if err := web.Unmarshal(m.Data, &env); err != nil {
 		s.countEvent(typeOther, OutcomeRejected)
 		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error())
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		s.countEvent(typeOther, OutcomeRejected)
-		return s.deadLetter(ctx, m, "body must hold a single JSON value")
 	}
 	e, err := s.decode(env)
 	if err != nil {

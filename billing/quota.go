@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
 	"github.com/acme/outboxpair/infra/fault"
@@ -68,7 +69,9 @@ type EventHandler struct {
 func Handle[P any](typ string, effect func(P) (Effect, error)) EventHandler {
 	return EventHandler{typ: typ, effect: func(raw json.RawMessage) (Effect, error) {
 		var p P
-		if err := json.Unmarshal(raw, &p); err != nil {
+		// Names match P's json tags exactly, as in the envelope: another letter
+		// case is a field P does not have, ignored like any other.
+		if err := jsonv2.Unmarshal(raw, &p); err != nil {
 			return Effect{}, fault.Errorf(fault.Invalid, "payload of %s: %s", typ, decodeProblem(err))
 		}
 		e, err := effect(p)
@@ -118,9 +121,9 @@ func ruleEffect(delta int64) func(rulePayload) (Effect, error) {
 // decodeProblem says what is wrong with a payload that does not decode, in
 // words safe to echo: the field and the JSON kind, never the Go types.
 func decodeProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return fmt.Sprintf("%s must not be a JSON %s", clip(te.Field, 64), te.Value)
+	var se *jsonv2.SemanticError
+	if errors.As(err, &se) && se.JSONPointer != "" && se.JSONKind != 0 {
+		return fmt.Sprintf("%s must not be a JSON %s", clip(strings.TrimPrefix(string(se.JSONPointer), "/"), 64), se.JSONKind)
 	}
 	return "not the JSON object its handler reads"
 }
@@ -158,14 +161,19 @@ func (env Envelope) Header() (uuid.UUID, string, error) {
 	return id, *env.Type, nil
 }
 
-// ParseID parses a UUID in its canonical 36-character form (either case). The
-// braced, URN and hyphen-less forms uuid.Parse also accepts are refused, so that
-// one id has one spelling on the wire.
+// ParseID parses a UUID in its canonical 36-character form (either case), other
+// than the nil UUID. The braced, URN and hyphen-less forms uuid.Parse also
+// accepts are refused, so that one id has one spelling on the wire.
 func ParseID(s string) (uuid.UUID, error) {
 	if len(s) != 36 {
 		return uuid.Nil, fmt.Errorf("%q is not a UUID", clip(s, 64))
 	}
-	return uuid.Parse(s)
+	id, err := uuid.Parse(s)
+	if err == nil && id == uuid.Nil {
+		// The contract's one rule for both services: no id is the nil UUID.
+		return uuid.Nil, errors.New("the nil UUID is not an id")
+	}
+	return id, err
 }
 
 // ParseOrgID parses an org id from a path; a malformed one is a fault.Invalid.

@@ -1,15 +1,9 @@
 package labeling
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"net/http"
-	"net/url"
-	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -158,7 +152,7 @@ func (h *Handler) setState(c echo.Context, change func(context.Context, OrgID, R
 	if err != nil {
 		return err
 	}
-	if err := emptyBody(c); err != nil {
+	if err := web.DecodeEmpty(c); err != nil {
 		return err
 	}
 	rule, err := change(c.Request().Context(), org, id)
@@ -172,7 +166,7 @@ func (h *Handler) setState(c echo.Context, change func(context.Context, OrgID, R
 // only the allowed parameters, each at most once: the contract makes anything
 // else in a query a 400, and a repeated parameter has no single meaning.
 func orgParam(c echo.Context, allowed []string) (OrgID, error) {
-	if err := checkQuery(c.QueryParams(), allowed); err != nil {
+	if err := web.CheckQuery(c, allowed...); err != nil {
 		return OrgID{}, err
 	}
 	return ParseOrgID(c.Param("orgId"))
@@ -185,43 +179,4 @@ func ruleParams(c echo.Context) (OrgID, RuleID, error) {
 	}
 	id, err := ParseRuleID(c.Param("ruleId"))
 	return org, id, err
-}
-
-func checkQuery(q url.Values, allowed []string) error {
-	names := make([]string, 0, len(q))
-	for name := range q {
-		names = append(names, name)
-	}
-	sort.Strings(names) // name the same parameter on every run
-	for _, name := range names {
-		known := false
-		for _, a := range allowed {
-			known = known || a == name
-		}
-		switch {
-		case !known:
-			return fault.Errorf(fault.Invalid, "unknown query parameter %q", web.Clip(name, web.MaxEcho))
-		case len(q[name]) > 1:
-			return fault.Errorf(fault.Invalid, "query parameter %q given more than once", web.Clip(name, web.MaxEcho))
-		}
-	}
-	return nil
-}
-
-// emptyBody accepts no body or an empty JSON object, which many clients send with
-// every POST; anything else is a 400 like any unknown field.
-func emptyBody(c echo.Context) error {
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, web.MaxBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return fault.Errorf(fault.TooLarge, "body is larger than %d bytes", web.MaxBody)
-	case err != nil:
-		return fault.Errorf(fault.Invalid, "body could not be read")
-	}
-	if strings.TrimSpace(string(raw)) == "" {
-		return nil
-	}
-	c.Request().Body = io.NopCloser(bytes.NewReader(raw))
-	return web.DecodeJSON(c, &struct{}{})
 }

@@ -59,6 +59,9 @@ func TestServeNATS(t *testing.T) {
 		status := func(method, path string, body string) int {
 			req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 			require.NoError(t, err)
+			if body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
 			resp, err := client.Do(req)
 			require.NoError(t, err)
 			resp.Body.Close()

@@ -64,6 +64,9 @@ func TestServeProcess(t *testing.T) {
 			status := func(method, path, body string) int {
 				req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 				require.NoError(t, err)
+				if body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
 				resp, err := client.Do(req)
 				if err != nil {
 					return 0

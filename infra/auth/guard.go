@@ -68,6 +68,9 @@ func (g *Guard) Org(param string, notFound error) echo.MiddlewareFunc {
 			if err != nil || len(raw) != 36 {
 				return fault.Errorf(fault.Invalid, "%s must be a UUID, got %q", param, web.Clip(raw, web.MaxEcho))
 			}
+			if org == uuid.Nil { // no id is the nil UUID (api/openapi.yaml), whoever asks
+				return fault.Errorf(fault.Invalid, "%s must not be the nil UUID", param)
+			}
 			if !claims.Has(org) {
 				refused.WithLabelValues(reasonOrg).Inc()
 				return notFound

@@ -14,14 +14,15 @@ type Code string
 
 // The codes. Each maps to exactly one HTTP status in package web.
 const (
-	Invalid        Code = "invalid"         // the input is wrong; retrying it will not help
-	Unauthorized   Code = "unauthorized"    // missing or wrong credentials
-	NotFound       Code = "not_found"       // no such thing, or not visible to the caller
-	Conflict       Code = "conflict"        // the input contradicts stored state
-	TooLarge       Code = "too_large"       // the request body is over its limit
-	NotImplemented Code = "not_implemented" // a well-formed request this service does not handle
-	Unavailable    Code = "unavailable"     // a dependency (the database) is down; retry later
-	Internal       Code = "internal"        // a defect
+	Invalid              Code = "invalid"                // the input is wrong; retrying it will not help
+	Unauthorized         Code = "unauthorized"           // missing or wrong credentials
+	NotFound             Code = "not_found"              // no such thing, or not visible to the caller
+	Conflict             Code = "conflict"               // the input contradicts stored state
+	TooLarge             Code = "too_large"              // the request body is over its limit
+	UnsupportedMediaType Code = "unsupported_media_type" // a request body that is not application/json
+	NotImplemented       Code = "not_implemented"        // a well-formed request this service does not handle
+	Unavailable          Code = "unavailable"            // a dependency (the database) is down; retry later
+	Internal             Code = "internal"               // a defect
 )
 
 // Error is an error with a code, a message safe to show the caller, and an optional

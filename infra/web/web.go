@@ -7,21 +7,26 @@
 package web
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"reflect"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -155,14 +160,15 @@ func New(logger *slog.Logger, db Pinger) *echo.Echo {
 
 // statuses is the one table from error code to HTTP status.
 var statuses = map[fault.Code]int{
-	fault.Invalid:        http.StatusBadRequest,
-	fault.Unauthorized:   http.StatusUnauthorized,
-	fault.NotFound:       http.StatusNotFound,
-	fault.Conflict:       http.StatusConflict,
-	fault.TooLarge:       http.StatusRequestEntityTooLarge,
-	fault.NotImplemented: http.StatusNotImplemented,
-	fault.Unavailable:    http.StatusServiceUnavailable,
-	fault.Internal:       http.StatusInternalServerError,
+	fault.Invalid:              http.StatusBadRequest,
+	fault.Unauthorized:         http.StatusUnauthorized,
+	fault.NotFound:             http.StatusNotFound,
+	fault.Conflict:             http.StatusConflict,
+	fault.TooLarge:             http.StatusRequestEntityTooLarge,
+	fault.UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	fault.NotImplemented:       http.StatusNotImplemented,
+	fault.Unavailable:          http.StatusServiceUnavailable,
+	fault.Internal:             http.StatusInternalServerError,
 }
 
 // ErrorBody is the body of every error response.
@@ -243,6 +249,8 @@ func asFault(err error) *fault.Error {
 			return &fault.Error{Code: fault.Invalid, Reason: "method_not_allowed", Message: msg}
 		case he.Code == http.StatusRequestEntityTooLarge:
 			return &fault.Error{Code: fault.TooLarge, Message: msg}
+		case he.Code == http.StatusUnsupportedMediaType:
+			return &fault.Error{Code: fault.UnsupportedMediaType, Message: msg}
 		case he.Code == http.StatusUnauthorized:
 			return &fault.Error{Code: fault.Unauthorized, Message: msg}
 		case he.Code >= 400 && he.Code < 500:
@@ -252,45 +260,189 @@ func asFault(err error) *fault.Error {
 	return &fault.Error{Code: fault.Internal, Message: "internal error", Err: err}
 }
 
-// DecodeJSON decodes the request body into v strictly: one JSON value, no unknown
-// fields, at most MaxBody bytes. Every failure is an Invalid or TooLarge *fault.Error.
+// DecodeJSON decodes the request body into v exactly as strictly as
+// api/openapi.yaml says: a Content-Type of application/json (else 415), at most
+// MaxBody bytes (else 413), one JSON value of v's shape whose member names match
+// v's json tags exactly (another letter case is an unknown member), no member
+// unknown to v and none given twice, in any object of the body, and strings that
+// are valid UTF-8 and hold no NUL (U+0000). Every failure is an *fault.Error
+// whose message names the member by its JSON pointer and the JSON kind it must
+// be, never a Go type. A json.RawMessage field in v takes its value as sent,
+// after the same checks of names and strings.
 func DecodeJSON(c echo.Context, v any) error {
-	body := http.MaxBytesReader(c.Response(), c.Request().Body, MaxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+	raw, err := readBody(c)
+	if err != nil {
+		return err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err == nil {
-			return fault.Errorf(fault.Invalid, "body must hold a single JSON value")
+	if len(raw) > 0 {
+		if err := requireJSON(c.Request()); err != nil {
+			return err
 		}
+	}
+	return Unmarshal(raw, v)
+}
+
+// DecodeEmpty accepts a request that has no body (or only white space) or whose
+// body is the empty JSON object: what many clients send with every POST. Any other
+// body is refused as DecodeJSON refuses one for a struct with no fields: 415
+// without application/json, 400 for anything but {}.
+func DecodeEmpty(c echo.Context) error {
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	if err := requireJSON(c.Request()); err != nil {
+		return err
+	}
+	return Unmarshal(raw, &struct{}{})
+}
+
+// Unmarshal decodes raw into v with DecodeJSON's rules of names, shape, UTF-8
+// and NUL, for a body that arrived some other way (a NATS message).
+func Unmarshal(raw []byte, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return fault.Errorf(fault.Invalid, "body is empty")
+	}
+	// One pass over the tokens first: it refuses a duplicate member or invalid
+	// UTF-8 anywhere (json.RawMessage members included) and finds NUL, which JSON
+	// allows but no field of this API does (PostgreSQL text cannot hold it).
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.ReadToken()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return decodeError(err)
+		}
+		if tok.Kind() == '"' && strings.ContainsRune(tok.String(), 0) {
+			return fault.Errorf(fault.Invalid, "%s must not contain NUL (U+0000)", where(dec.StackPointer()))
+		}
+	}
+	if err := jsonv2.Unmarshal(raw, v, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return decodeError(err)
 	}
 	return nil
 }
 
-func decodeError(err error) error {
+// readBody reads at most MaxBody bytes of the request body.
+func readBody(c echo.Context) ([]byte, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBody))
 	var tooLarge *http.MaxBytesError
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooLarge):
-		return fault.Errorf(fault.TooLarge, "body is larger than %d bytes", tooLarge.Limit)
-	case errors.Is(err, io.EOF):
-		return fault.Errorf(fault.Invalid, "body is empty")
-	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
-		return fault.Errorf(fault.Invalid, "body is not valid JSON")
-	case errors.As(err, &typ):
-		return fault.Errorf(fault.Invalid, "field %q must be a %s", Clip(typ.Field, MaxEcho), typ.Type)
+		return nil, fault.Errorf(fault.TooLarge, "body is larger than %d bytes", tooLarge.Limit)
+	case err != nil:
+		// It came from reading the body (a timeout, a reset connection), and its
+		// text may name internal addresses: answer a fixed message.
+		return nil, fault.Errorf(fault.Invalid, "body could not be read")
 	}
-	// encoding/json reports unknown fields as `json: unknown field "x"`; any other
-	// error came from reading the body (a timeout, a reset connection), and its text
-	// may name internal addresses: answer a fixed message.
-	if field, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
-		return fault.Errorf(fault.Invalid, "body: unknown field %q", Clip(strings.TrimSuffix(field, `"`), MaxEcho))
+	return raw, nil
+}
+
+// requireJSON refuses a body whose Content-Type is missing or is not
+// application/json (parameters such as charset=utf-8 are allowed).
+func requireJSON(r *http.Request) error {
+	ct := r.Header.Get(echo.HeaderContentType)
+	if ct == "" {
+		return fault.Errorf(fault.UnsupportedMediaType, "Content-Type must be application/json, got none")
 	}
-	return fault.Errorf(fault.Invalid, "body could not be read")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != echo.MIMEApplicationJSON {
+		return fault.Errorf(fault.UnsupportedMediaType, "Content-Type must be application/json, got %q", Clip(ct, MaxEcho))
+	}
+	return nil
+}
+
+// where names a member of the body by its JSON pointer, in words.
+func where(p jsontext.Pointer) string {
+	if p == "" {
+		return "body"
+	}
+	return fmt.Sprintf("field %q", Clip(string(p), MaxEcho))
+}
+
+func decodeError(err error) error {
+	var syntax *jsontext.SyntacticError
+	var semantic *jsonv2.SemanticError
+	switch {
+	case errors.As(err, &syntax):
+		switch {
+		case errors.Is(syntax.Err, jsontext.ErrDuplicateName):
+			return fault.Errorf(fault.Invalid, "%s: a member is given more than once", where(syntax.JSONPointer))
+		case errors.Is(syntax.Err, io.ErrUnexpectedEOF):
+			return fault.Errorf(fault.Invalid, "body is not valid JSON (it ends early)")
+		case strings.Contains(syntax.Error(), "after top-level value"):
+			return fault.Errorf(fault.Invalid, "body must hold a single JSON value")
+		case strings.Contains(syntax.Error(), "UTF-8"), strings.Contains(syntax.Error(), "surrogate"):
+			return fault.Errorf(fault.Invalid, "%s must be valid UTF-8", where(syntax.JSONPointer))
+		}
+		return fault.Errorf(fault.Invalid, "body is not valid JSON (at byte %d)", syntax.ByteOffset)
+	case errors.As(err, &semantic):
+		if errors.Is(semantic.Err, jsonv2.ErrUnknownName) {
+			name := string(semantic.JSONPointer)
+			if i := strings.LastIndexByte(name, '/'); i >= 0 {
+				name = name[i+1:]
+			}
+			return fault.Errorf(fault.Invalid, "body: unknown field %q", Clip(strings.NewReplacer("~1", "/", "~0", "~").Replace(name), MaxEcho))
+		}
+		return fault.Errorf(fault.Invalid, "%s must be %s", where(semantic.JSONPointer), jsonKind(semantic.GoType))
+	}
+	return fault.Errorf(fault.Invalid, "body is not valid JSON")
+}
+
+// jsonKind names, in JSON's words, what a value decoded into t must be.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "another JSON value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a JSON string"
+	case reflect.Bool:
+		return "a JSON boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a JSON integer in range"
+	case reflect.Float32, reflect.Float64:
+		return "a JSON number"
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	case reflect.Slice, reflect.Array:
+		return "a JSON array"
+	}
+	return "another JSON value"
+}
+
+// CheckQuery refuses a request whose query holds a parameter not in allowed, or
+// one of them more than once: the contract makes anything else in a query a 400
+// on every API operation, and a repeated parameter has no single meaning.
+func CheckQuery(c echo.Context, allowed ...string) error {
+	q := c.QueryParams()
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	sort.Strings(names) // name the same parameter on every run
+	for _, name := range names {
+		known := false
+		for _, a := range allowed {
+			known = known || a == name
+		}
+		switch {
+		case !known:
+			return fault.Errorf(fault.Invalid, "unknown query parameter %q", Clip(name, MaxEcho))
+		case len(q[name]) > 1:
+			return fault.Errorf(fault.Invalid, "query parameter %q given more than once", Clip(name, MaxEcho))
+		}
+	}
+	return nil
 }
 
 func observe(logger *slog.Logger) echo.MiddlewareFunc {
