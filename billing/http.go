@@ -18,8 +18,11 @@ import (
 
 // Config is what billing needs from the service's configuration.
 type Config struct {
-	EventsToken       string        // the shared secret senders present as a Bearer token
-	ReceiptsRetention time.Duration // receipts older than this are deleted
+	EventsToken string // the shared secret senders present as a Bearer token
+	// EventsTokenPrevious (EVENTS_TOKEN_PREVIOUS), when set, is accepted too:
+	// the old token during a rotation (docs/authentication.md).
+	EventsTokenPrevious string
+	ReceiptsRetention   time.Duration // receipts older than this are deleted
 	// ApplyGroupMax bounds the events one apply transaction takes (group apply);
 	// 1 turns grouping off, 0 keeps DefaultApplyGroupMax.
 	ApplyGroupMax int
@@ -29,6 +32,9 @@ type Config struct {
 type Handler struct {
 	svc   *Service
 	token [sha256.Size]byte // a digest, so the comparison takes the same time for every length
+	// previous is EVENTS_TOKEN_PREVIOUS's digest, when set.
+	previous    [sha256.Size]byte
+	hasPrevious bool
 }
 
 // NewHandler returns the handlers over svc. It fails when no token is configured:
@@ -37,7 +43,11 @@ func NewHandler(svc *Service, cfg Config) (*Handler, error) {
 	if cfg.EventsToken == "" {
 		return nil, errors.New("EVENTS_TOKEN: required but not set")
 	}
-	return &Handler{svc: svc, token: sha256.Sum256([]byte(cfg.EventsToken))}, nil
+	h := &Handler{svc: svc, token: sha256.Sum256([]byte(cfg.EventsToken))}
+	if cfg.EventsTokenPrevious != "" {
+		h.previous, h.hasPrevious = sha256.Sum256([]byte(cfg.EventsTokenPrevious)), true
+	}
+	return h, nil
 }
 
 // Register adds billing's routes to e. The quota is behind guard's check that the
@@ -96,15 +106,19 @@ func (h *Handler) deliver(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// authorize accepts only "Authorization: Bearer <EVENTS_TOKEN>" (the scheme in any
-// case, as RFC 9110 allows), comparing in constant time.
+// authorize accepts only "Authorization: Bearer <EVENTS_TOKEN>", or the
+// EVENTS_TOKEN_PREVIOUS when set (the scheme in any case, as RFC 9110 allows),
+// comparing in constant time against both, whichever matches.
 func (h *Handler) authorize(r *http.Request) error {
 	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return fault.Errorf(fault.Unauthorized, "a Bearer token is required")
 	}
 	got := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(got[:], h.token[:]) != 1 {
+	ok = subtle.ConstantTimeCompare(got[:], h.token[:]) == 1
+	// Compared even when the current token matched, so the time says nothing.
+	prev := subtle.ConstantTimeCompare(got[:], h.previous[:]) == 1 && h.hasPrevious
+	if !ok && !prev {
 		return fault.Errorf(fault.Unauthorized, "the token is not valid")
 	}
 	return nil

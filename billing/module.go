@@ -17,7 +17,7 @@ import (
 var Module = fx.Module("billing",
 	fx.Provide(
 		func(db sqldb.DB, logger *slog.Logger, cfg Config) *Service {
-			return NewService(db, logger, ApplyGroupMax(cfg.ApplyGroupMax))
+			return NewService(db, logger, ApplyGroupMax(cfg.ApplyGroupMax), RefuseOlderThan(cfg.ReceiptsRetention))
 		},
 		NewHandler,
 		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),

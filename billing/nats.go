@@ -23,6 +23,9 @@ const Durable = "billing"
 type NATSConfig struct {
 	// Key (EVENTS_TOKEN) verifies each message's Events-Signature.
 	Key []byte
+	// PreviousKey (EVENTS_TOKEN_PREVIOUS), when set, verifies it too: during a
+	// rotation, messages labeling signed with the old token still apply.
+	PreviousKey []byte
 	// MaxDeliveries (NATS_MAX_DELIVERIES) bounds the deliveries of a message
 	// that keeps failing (an unknown type, a defect): at that delivery it is
 	// recorded in billing_nats_failed and terminated instead of retried for ever.
@@ -39,7 +42,8 @@ var signatureRejects = prometheus.NewCounter(prometheus.CounterOpts{
 func init() { prometheus.MustRegister(signatureRejects) }
 
 // NATSHandler returns billing's handler of the stream's messages. It applies a
-// message only if its Events-Signature verifies (stream.Verify with cfg.Key):
+// message only if its Events-Signature verifies (stream.VerifyAny with cfg.Key
+// and, when set, cfg.PreviousKey):
 // one without, or with a wrong one, is recorded in billing_nats_failed with a
 // reason naming the signature and terminated, never applied. A verified message
 // goes through Apply, the use case of the HTTP intake: nil (ack) only after the
@@ -53,8 +57,12 @@ func (s *Service) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
 	if len(cfg.Key) == 0 {
 		return nil, errors.New("EVENTS_TOKEN: required to verify the stream's messages")
 	}
+	keys := [][]byte{cfg.Key}
+	if len(cfg.PreviousKey) > 0 {
+		keys = append(keys, cfg.PreviousKey)
+	}
 	return func(ctx context.Context, m stream.Message) error {
-		if err := stream.Verify(cfg.Key, m.Subject, m.MsgID, m.Data, m.Signature); err != nil {
+		if err := stream.VerifyAny(keys, m.Subject, m.MsgID, m.Data, m.Signature); err != nil {
 			signatureRejects.Inc()
 			return s.deadLetter(ctx, m, err.Error())
 		}

@@ -44,6 +44,7 @@ type Service struct {
 	logger   *slog.Logger
 	groupMax int                     // events applied in one transaction at most; 1: one transaction per event
 	handlers map[string]EventHandler // by type: the only types Decode and Apply accept
+	maxAge   time.Duration           // Decode refuses an event older than this; 0: no bound
 
 	mu    sync.Mutex
 	busy  bool        // a group transaction is in flight (its leader will hand off)
@@ -60,6 +61,29 @@ func ApplyGroupMax(n int) Option {
 	return func(s *Service) {
 		if n >= 1 {
 			s.groupMax = n
+		}
+	}
+}
+
+// LateMargin is how much younger than RECEIPTS_RETENTION an event must be to be
+// applied: a tenth of the retention. The retention deletes a receipt no sooner
+// than RECEIPTS_RETENTION after billing received its event, and billing
+// received it no sooner than it occurred; so an event younger than the
+// retention still has its receipt if it was ever applied. The margin covers what
+// that argument leaves out: the two services' clocks may disagree (occurredAt is
+// labeling's), and the apply commits some time after the check (a group waits,
+// a transaction retries). A tenth is 72h at the default 720h: far beyond any
+// skew or commit delay, and still leaves an operator 27 days to requeue.
+func LateMargin(retention time.Duration) time.Duration { return retention / 10 }
+
+// RefuseOlderThan makes Decode refuse, with fault.Invalid and the reason
+// "event_too_old", any event whose occurredAt is older than retention less
+// LateMargin: it could be a duplicate whose receipt retention has deleted, so
+// applying it could apply it twice (issue 25). Zero or less keeps no bound.
+func RefuseOlderThan(retention time.Duration) Option {
+	return func(s *Service) {
+		if retention > 0 {
+			s.maxAge = retention - LateMargin(retention)
 		}
 	}
 }
@@ -104,9 +128,17 @@ func registry(handlers []EventHandler) map[string]EventHandler {
 // Decode turns a delivered event into the Event to apply, through its type's
 // handler: a type without one is a fault.NotImplemented (nothing is applied, and
 // the sender retries it until billing has one), a payload the handler refuses a
-// fault.Invalid. It writes nothing, so a delivery is answered before it joins a
-// group.
+// fault.Invalid, an event older than the RefuseOlderThan bound a fault.Invalid
+// with the reason "event_too_old" (never applied: its receipt may be gone). It
+// writes nothing, so a delivery is answered before it joins a group.
 func (s *Service) Decode(id uuid.UUID, typ string, occurredAt int64, payload json.RawMessage) (Event, error) {
+	if s.maxAge > 0 {
+		if age := time.Since(time.UnixMilli(occurredAt)); age > s.maxAge {
+			return Event{}, &fault.Error{Code: fault.Invalid, Reason: "event_too_old", Message: fmt.Sprintf(
+				"event too old: occurredAt is %s ago, past RECEIPTS_RETENTION less its margin (%s): its receipt may be deleted, so it is never applied",
+				age.Truncate(time.Second), s.maxAge)}
+		}
+	}
 	h, ok := s.handlers[typ]
 	if !ok {
 		return Event{}, notHandled(typ)

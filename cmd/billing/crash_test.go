@@ -45,7 +45,7 @@ func testCrash(t *testing.T, d sqldb.Dialect) {
 		}
 		return &bundle{
 			dbURL: dbURL, org: org, id: id,
-			body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New()),
+			body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":`+occurredNow()+`,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New()),
 		}
 	}
 	post := func(t *testing.T, addr, body string, id uuid.UUID) (int, error) {

@@ -107,7 +107,7 @@ func TestGroupCrash(t *testing.T) {
 					all = append(all, delivery{uuid.Must(uuid.NewV7()), uuid.New()})
 				}
 				body := func(d delivery) string {
-					return fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, d.id, d.org, uuid.New())
+					return fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":`+occurredNow()+`,"payload":{"orgId":%q,"ruleId":%q}}`, d.id, d.org, uuid.New())
 				}
 				// send delivers d: over HTTP in the background (its status, 0 when the
 				// process died under it, arrives on the channel), or published.

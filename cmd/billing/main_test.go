@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,7 +104,7 @@ func TestServe(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 
 		org, id := uuid.New(), uuid.Must(uuid.NewV7())
-		body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New())
+		body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":`+occurredNow()+`,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New())
 		for range 2 {
 			req, err := http.NewRequest(http.MethodPost, base+"/internal/v1/events", strings.NewReader(body))
 			require.NoError(t, err)
@@ -208,7 +209,7 @@ func TestGracefulStop(t *testing.T) {
 	_, err = tx.Exec(ctx, `INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES ($1, 5, 0)`, org)
 	require.NoError(t, err)
 	id := uuid.Must(uuid.NewV7())
-	body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New())
+	body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":`+occurredNow()+`,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, uuid.New())
 	inflight := make(chan int, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+s.addr+"/internal/v1/events", strings.NewReader(body))
@@ -250,3 +251,7 @@ func TestGracefulStop(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n))
 	require.Equal(t, int64(6), n)
 }
+
+// occurredNow is an occurredAt (epoch ms) of now: billing refuses an event older
+// than RECEIPTS_RETENTION less its margin, so a test's event must be recent.
+func occurredNow() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }

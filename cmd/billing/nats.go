@@ -19,7 +19,7 @@ func natsConsumer(cfg config.Billing) fx.Option {
 	}
 	return fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
 		handle, err := svc.NATSHandler(billing.NATSConfig{
-			Key: []byte(cfg.EventsToken), MaxDeliveries: uint64(cfg.NATSMaxDeliveries),
+			Key: []byte(cfg.EventsToken), PreviousKey: []byte(cfg.EventsTokenPrevious), MaxDeliveries: uint64(cfg.NATSMaxDeliveries),
 		})
 		if err != nil {
 			return err

@@ -86,7 +86,7 @@ func TestNATS(t *testing.T) {
 			"NATS_URL="+ns.ClientURL(), "NATS_MAX_DELIVERIES=2", "AUTH_DISABLED=true"))
 		publish := func(typ string, sign bool) string {
 			id := uuid.NewString()
-			body := fmt.Sprintf(`{"id":%q,"type":%q,"occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, typ, uuid.New(), uuid.New())
+			body := fmt.Sprintf(`{"id":%q,"type":%q,"occurredAt":`+occurredNow()+`,"payload":{"orgId":%q,"ruleId":%q}}`, id, typ, uuid.New(), uuid.New())
 			msg := nats.NewMsg(stream.Subject(typ))
 			msg.Data = []byte(body)
 			if sign {

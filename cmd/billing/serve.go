@@ -49,7 +49,7 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 			}},
 			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
 			retention.Config{Interval: cfg.CleanupInterval},
-			billing.Config{EventsToken: cfg.EventsToken, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
+			billing.Config{EventsToken: cfg.EventsToken, EventsTokenPrevious: cfg.EventsTokenPrevious, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
 			authn,
 			telemetry.Config{Service: "billing", Lookup: lookup},
 		),

@@ -65,8 +65,11 @@ type Billing struct {
 	DatabaseDefaulted bool // DATABASE_URL was unset, DatabaseURL is the default SQLite file
 	HTTPAddr          string
 	EventsToken       string
-	ReceiptsRetention time.Duration
-	CleanupInterval   time.Duration
+	// EventsTokenPrevious (EVENTS_TOKEN_PREVIOUS), when set, is accepted beside
+	// EventsToken on both intakes: the old token during a rotation.
+	EventsTokenPrevious string
+	ReceiptsRetention   time.Duration
+	CleanupInterval     time.Duration
 
 	// NATSURL, when set, makes billing also consume the stream LABELING_EVENTS;
 	// an unacked delivery is redelivered after NATSAckWait.
@@ -168,7 +171,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 	r := reader{lookup: lookup}
 	c := Labeling{
 		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
-		EventsToken:        r.required("EVENTS_TOKEN"),
+		EventsToken:        r.token("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
 		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
 		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", DefaultClaimSize, MaxClaimSize),
@@ -268,18 +271,22 @@ func (r *reader) dbBounds() Bounds {
 func LoadBilling(lookup Lookup) (Billing, error) {
 	r := reader{lookup: lookup}
 	c := Billing{
-		HTTPAddr:          r.str("HTTP_ADDR", ":8081"),
-		EventsToken:       r.required("EVENTS_TOKEN"),
-		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
-		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
-		Bounds:            r.bounds(),
-		NATSURL:           r.natsURL("NATS_URL"),
-		NATSAckWait:       r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
-		ApplyGroupMax:     r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
-		NATSCreds:         r.file("NATS_CREDS"),
-		NATSMaxDeliveries: r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
+		HTTPAddr:            r.str("HTTP_ADDR", ":8081"),
+		EventsToken:         r.token("EVENTS_TOKEN"),
+		EventsTokenPrevious: r.optionalToken("EVENTS_TOKEN_PREVIOUS"),
+		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+		CleanupInterval:     r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
+		Bounds:              r.bounds(),
+		NATSURL:             r.natsURL("NATS_URL"),
+		NATSAckWait:         r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
+		ApplyGroupMax:       r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
+		NATSCreds:           r.file("NATS_CREDS"),
+		NATSMaxDeliveries:   r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
+	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
+		r.fail("EVENTS_TOKEN_PREVIOUS", "equals EVENTS_TOKEN: a rotation needs a new token (or unset the previous one)")
+	}
 	return c, r.err
 }
 
@@ -343,6 +350,25 @@ func (r *reader) required(name string) string {
 	v := r.str(name, "")
 	if v == "" {
 		r.fail(name, "required but not set")
+	}
+	return v
+}
+
+// token reads a shared secret that must be set: a blank or whitespace-only
+// value is refused, as a token anyone can guess (a stray space in an env file).
+func (r *reader) token(name string) string {
+	v := r.required(name)
+	if v != "" && strings.TrimSpace(v) == "" {
+		r.fail(name, "blank (only whitespace)")
+	}
+	return v
+}
+
+// optionalToken reads a shared secret that may be unset, refused when set blank.
+func (r *reader) optionalToken(name string) string {
+	v := r.str(name, "")
+	if v != "" && strings.TrimSpace(v) == "" {
+		r.fail(name, "blank (only whitespace)")
 	}
 	return v
 }

@@ -101,6 +101,8 @@ func TestLoadLabeling(t *testing.T) {
 		{"sqlite url without a path", "DATABASE_URL", "sqlite:"},
 		{"malformed database url", "DATABASE_URL", "postgres://%zz"},
 		{"missing token", "EVENTS_TOKEN", ""},
+		{"a blank token", "EVENTS_TOKEN", " "},
+		{"a whitespace-only token", "EVENTS_TOKEN", "\t \n"},
 		{"billing url without scheme", "BILLING_URL", "billing:8081"},
 		{"duration without unit", "OUTBOX_POLL_INTERVAL", "5"},
 		{"negative duration", "OUTBOX_HANDLER_TIMEOUT", "-1s"},
@@ -266,17 +268,20 @@ func TestLoadBilling(t *testing.T) {
 	})
 
 	for name, kv := range map[string][2]string{
-		"a bad nats url":               {"NATS_URL", "127.0.0.1:4222"},
-		"a bad ack wait":               {"NATS_ACK_WAIT", "soon"},
-		"a zero ack wait":              {"NATS_ACK_WAIT", "0s"},
-		"a zero group max":             {"BILLING_APPLY_GROUP_MAX", "0"},
-		"a group max that is text":     {"BILLING_APPLY_GROUP_MAX", "on"},
-		"a group max over 1000":        {"BILLING_APPLY_GROUP_MAX", "1001"},
-		"a missing credentials file":   {"NATS_CREDS", "/nonexistent/nats.creds"},
-		"a credentials directory":      {"NATS_CREDS", "/"},
-		"zero deliveries":              {"NATS_MAX_DELIVERIES", "0"},
-		"an absurd delivery bound":     {"NATS_MAX_DELIVERIES", "1000001"},
-		"a non-numeric delivery bound": {"NATS_MAX_DELIVERIES", "many"},
+		"a bad nats url":                      {"NATS_URL", "127.0.0.1:4222"},
+		"a bad ack wait":                      {"NATS_ACK_WAIT", "soon"},
+		"a zero ack wait":                     {"NATS_ACK_WAIT", "0s"},
+		"a zero group max":                    {"BILLING_APPLY_GROUP_MAX", "0"},
+		"a group max that is text":            {"BILLING_APPLY_GROUP_MAX", "on"},
+		"a group max over 1000":               {"BILLING_APPLY_GROUP_MAX", "1001"},
+		"a missing credentials file":          {"NATS_CREDS", "/nonexistent/nats.creds"},
+		"a credentials directory":             {"NATS_CREDS", "/"},
+		"zero deliveries":                     {"NATS_MAX_DELIVERIES", "0"},
+		"an absurd delivery bound":            {"NATS_MAX_DELIVERIES", "1000001"},
+		"a non-numeric delivery bound":        {"NATS_MAX_DELIVERIES", "many"},
+		"a blank token":                       {"EVENTS_TOKEN", "  "},
+		"a blank previous token":              {"EVENTS_TOKEN_PREVIOUS", " \t"},
+		"a previous token equal to the token": {"EVENTS_TOKEN_PREVIOUS", "secret"},
 	} {
 		t.Run("rejects "+name+" naming it", func(t *testing.T) {
 			t.Parallel()
@@ -286,6 +291,19 @@ func TestLoadBilling(t *testing.T) {
 			require.ErrorContains(t, err, kv[0])
 		})
 	}
+
+	t.Run("reads the previous token of a rotation, unset by default", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadBilling(env(base()))
+		require.NoError(t, err)
+		require.Empty(t, c.EventsTokenPrevious)
+		kv := base()
+		kv["EVENTS_TOKEN_PREVIOUS"] = "old-secret"
+		c, err = config.LoadBilling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, "old-secret", c.EventsTokenPrevious)
+		require.Equal(t, "secret", c.EventsToken)
+	})
 
 	t.Run("rejects a bad retention naming it", func(t *testing.T) {
 		t.Parallel()

@@ -73,6 +73,7 @@ var Vars = []Var{
 	{Name: "OUTBOX_RETRY_MAX", Services: LabelingService},
 	{Name: "OUTBOX_PROCESSED_RETENTION", Services: LabelingService},
 	{Name: "OUTBOX_NOTIFY", Services: LabelingService},
+	{Name: "EVENTS_TOKEN_PREVIOUS", Services: BillingService},
 	{Name: "RECEIPTS_RETENTION", Services: BillingService},
 	{Name: "BILLING_APPLY_GROUP_MAX", Services: BillingService},
 	{Name: "CLEANUP_INTERVAL", Services: bothServices},

@@ -29,11 +29,11 @@ import (
 // billingServer runs billing's real handler on a fresh database behind a test
 // server whose every exchange is checked against the OpenAPI spec. While down is
 // true it answers 503 to everything, as a billing with its database gone would.
-func billingServer(t *testing.T, down *atomic.Bool) (*billing.Service, *pgtest.DB, string) {
+func billingServer(t *testing.T, down *atomic.Bool, opts ...billing.Option) (*billing.Service, *pgtest.DB, string) {
 	t.Helper()
 	db := pgtest.New(t, migrations.Billing)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := billing.NewService(postgres.NewDB(db.Pool), logger)
+	svc := billing.NewService(postgres.NewDB(db.Pool), logger, opts...)
 	h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 	require.NoError(t, err)
 	e := web.New(logger, db.Pool)
@@ -65,6 +65,21 @@ func TestAgainstBilling(t *testing.T) {
 		}
 		return outbox.Message{ID: uuid.Must(uuid.NewV7()), Tag: tag, Payload: json.RawMessage(payload), CreatedAt: time.Now().UnixMilli(), Attempt: 1}
 	}
+
+	t.Run("an event older than the receipts' retention less its margin fails the row at once, saying why", func(t *testing.T) {
+		t.Parallel()
+		svc, _, url := billingServer(t, new(atomic.Bool), billing.RefuseOlderThan(time.Hour))
+		c := newClient(t, delivery.Config{BaseURL: url, Token: token})
+		org := uuid.New()
+		m := msg(billing.RuleActivated, org, "")
+		m.CreatedAt = time.Now().Add(-2 * time.Hour).UnixMilli()
+		err := c.Deliver(context.Background(), m)
+		require.True(t, outbox.IsPermanent(err), "dead-lettered, not retried: %v", err)
+		require.ErrorContains(t, err, "event_too_old")
+		q, err := svc.Quota(context.Background(), org)
+		require.NoError(t, err)
+		require.Zero(t, q.ActiveRules)
+	})
 
 	t.Run("an event delivered twice is accepted twice and applied once", func(t *testing.T) {
 		t.Parallel()

@@ -52,6 +52,26 @@ func Verify(key []byte, subject, msgID string, body []byte, header string) error
 	return nil
 }
 
+// VerifyAny reports whether header signs subject, msgID and body with one of
+// keys (billing's EVENTS_TOKEN first, then EVENTS_TOKEN_PREVIOUS during a
+// rotation). Every key is tried, whichever matches, so the time taken says
+// nothing about which key signed; an empty key never verifies.
+func VerifyAny(keys [][]byte, subject, msgID string, body []byte, header string) error {
+	err := ErrSignatureInvalid
+	if header == "" {
+		err = ErrSignatureMissing
+	}
+	for _, k := range keys {
+		if len(k) == 0 {
+			continue
+		}
+		if Verify(k, subject, msgID, body, header) == nil {
+			err = nil
+		}
+	}
+	return err
+}
+
 func mac(key []byte, subject, msgID string, body []byte) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(subject))
