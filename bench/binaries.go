@@ -161,9 +161,10 @@ type pair struct {
 
 // transport is how labeling hands events to billing in an HTTP-rows run.
 type transport struct {
-	name string   // "http" or "nats"
-	lab  []string // extra labeling environment
-	bil  []string // extra billing environment
+	name string    // "http" or "nats"
+	lab  []string  // extra labeling environment
+	bil  []string  // extra billing environment
+	nats *natsRows // the server of a "nats" transport
 }
 
 var httpTransport = transport{name: "http"}
@@ -355,5 +356,5 @@ func (t transport) reset(ctx context.Context, b *bench) error {
 	if t.name != "nats" {
 		return nil
 	}
-	return b.nats.deleteStream(ctx)
+	return t.nats.deleteStream(ctx)
 }

@@ -40,6 +40,8 @@ type options struct {
 	claimBatches     int
 	drainLimit       time.Duration
 	nats             string
+	natsServer       string
+	natsSyncAlways   bool
 	relaySet         string
 	sqlite           bool
 }
@@ -66,6 +68,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.claimBatches, "claim-batches", 200, "batches timed by the claim cost (each way)")
 	fs.DurationVar(&o.drainLimit, "drain-limit", 5*time.Minute, "a drain that takes longer fails")
 	fs.StringVar(&o.nats, "nats", "", "also run the NATS rows: a loopback JetStream URL, or \"start\" to run a private nats-server")
+	fs.StringVar(&o.natsServer, "nats-server", "", "the nats-server binary -nats start runs (default: nats-server in PATH, else /usr/sbin/nats-server)")
+	fs.BoolVar(&o.natsSyncAlways, "nats-sync-always", false, "with -nats start: also the NATS drain on a second private server with sync_interval: always (needs nats-server 2.10 or later)")
 	fs.StringVar(&o.relaySet, "relay-set", "", "outbox.Config fields set on the in-process relays, e.g. \"ClaimSize=50\"")
 	fs.BoolVar(&o.sqlite, "sqlite", false, "the SQLite sitting: the pair on SQLite files beside River on SQLite (riversqlite); workloads "+strings.Join(sqliteWorkloads, ",")+", no PostgreSQL needed")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +86,9 @@ func parseFlags(args []string) (options, error) {
 		if w != "" && !contains(workloadNames, w) {
 			return o, fmt.Errorf("-only: unknown workload %q (have %s)", w, strings.Join(workloadNames, ","))
 		}
+	}
+	if o.natsSyncAlways && o.nats != "start" {
+		return o, fmt.Errorf("-nats-sync-always: needs -nats start (it starts the second server beside the first)")
 	}
 	if o.sqlite {
 		if err := sqliteOnly(o.only); err != nil {
@@ -102,9 +109,9 @@ func (o options) summary() string {
 		return fmt.Sprintf("-sqlite -backlog %d -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -latency-grace %s -drain-limit %s -relay-set %q",
 			o.backlog, o.consumerBacklog, o.httpBacklog, o.rates, o.latencyDuration, o.latencyGrace, o.drainLimit, o.relaySet)
 	}
-	return fmt.Sprintf("-backlog %d -small %d -big %d -scale-analyzed=%t -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -producer-duration %s -pgbench-duration %s -settled %d -claim-batches %d -nats %q -relay-set %q",
+	return fmt.Sprintf("-backlog %d -small %d -big %d -scale-analyzed=%t -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -producer-duration %s -pgbench-duration %s -settled %d -claim-batches %d -nats %q -nats-server %q -nats-sync-always=%t -relay-set %q",
 		o.backlog, o.small, o.big, o.scaleAnalyzed, o.consumerBacklog, o.httpBacklog, o.rates, o.latencyDuration,
-		o.producerDuration, o.pgbenchDuration, o.settled, o.claimBatches, o.nats, o.relaySet)
+		o.producerDuration, o.pgbenchDuration, o.settled, o.claimBatches, o.nats, o.natsServer, o.natsSyncAlways, o.relaySet)
 }
 
 func main() {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,21 +29,38 @@ type natsRows struct {
 	server *exec.Cmd
 }
 
-func openNATS(ctx context.Context, flag, tmp string) (*natsRows, error) {
+// bin is the nats-server a "start" runs ("": nats-server in PATH, else
+// /usr/sbin/nats-server); syncAlways starts it with the JetStream setting
+// sync_interval: always (each message fsynced before its ack; nats-server 2.10
+// or later), in a store and log of its own under tmp.
+func openNATS(ctx context.Context, flag, tmp, bin string, syncAlways bool) (*natsRows, error) {
 	n := &natsRows{url: flag}
 	if flag == "start" {
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
-		bin, err := exec.LookPath("nats-server")
-		if err != nil {
-			bin = "/usr/sbin/nats-server"
+		if bin == "" {
+			if bin, err = exec.LookPath("nats-server"); err != nil {
+				bin = "/usr/sbin/nats-server"
+			}
 		}
 		host, port, _ := strings.Cut(addr, ":")
-		dir := filepath.Join(tmp, "jetstream")
-		n.server = exec.Command(bin, "-a", host, "-p", port, "-js", "-sd", dir)
-		logf, err := os.Create(filepath.Join(tmp, "nats-server.log"))
+		name := "nats-server"
+		if syncAlways {
+			name = "nats-server-sync-always"
+		}
+		dir := filepath.Join(tmp, name+"-jetstream")
+		args := []string{"-a", host, "-p", port, "-js", "-sd", dir}
+		if syncAlways {
+			conf := filepath.Join(tmp, name+".conf")
+			if err := os.WriteFile(conf, []byte("jetstream {\n  store_dir: "+strconv.Quote(dir)+"\n  sync_interval: always\n}\n"), 0o600); err != nil {
+				return nil, err
+			}
+			args = []string{"-a", host, "-p", port, "-c", conf}
+		}
+		n.server = exec.Command(bin, args...)
+		logf, err := os.Create(filepath.Join(tmp, name+".log"))
 		if err != nil {
 			return nil, err
 		}
@@ -117,6 +135,7 @@ func (n *natsRows) transport() transport {
 		name: "nats",
 		lab:  []string{"EVENTS_TRANSPORT=nats", "NATS_URL=" + n.url},
 		bil:  []string{"NATS_URL=" + n.url},
+		nats: n,
 	}
 }
 

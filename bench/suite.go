@@ -28,8 +28,9 @@ type bench struct {
 	pgbenchPath string
 	nats        *natsRows // nil: no NATS rows
 	natsOK      bool
-	pairSQL     *pairSQL // the relay's statements, captured at the pair reference's first run
-	files       *files   // -sqlite: the run's SQLite files
+	natsSync    *natsRows // -nats-sync-always: the second server, with sync_interval: always
+	pairSQL     *pairSQL  // the relay's statements, captured at the pair reference's first run
+	files       *files    // -sqlite: the run's SQLite files
 	liteBounds  sqlite.Bounds
 }
 
@@ -109,7 +110,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 	}
 	if o.nats != "" && (b.want("http") || b.want("latency")) {
-		if b.nats, err = openNATS(ctx, o.nats, tmp); err != nil {
+		if b.nats, err = openNATS(ctx, o.nats, tmp, o.natsServer, false); err != nil {
 			return err
 		}
 		defer b.nats.close()
@@ -123,6 +124,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			b.nats.close()
 		} else {
 			b.natsOK = true
+		}
+		if b.natsOK && o.natsSyncAlways {
+			if b.natsSync, err = openNATS(ctx, o.nats, tmp, o.natsServer, true); err != nil {
+				return err
+			}
+			defer b.natsSync.close()
 		}
 	} else if o.nats == "" && !o.sqlite {
 		b.res.note("NATS rows not run (no -nats flag)")
@@ -209,6 +216,11 @@ func (b *bench) round(ctx context.Context) error {
 		steps = append(steps, step{"consumer/http", func() (float64, error) { return b.httpDrain(ctx, b.opt.httpBacklog, httpTransport) }})
 		if b.natsOK {
 			steps = append(steps, step{"consumer/nats", func() (float64, error) { return b.httpDrain(ctx, b.opt.httpBacklog, b.nats.transport()) }})
+		}
+		if b.natsSync != nil {
+			steps = append(steps, step{"consumer/nats-sync-always", func() (float64, error) {
+				return b.httpDrain(ctx, b.opt.httpBacklog, b.natsSync.transport())
+			}})
 		}
 	}
 	for _, s := range steps {
@@ -345,6 +357,8 @@ func (b *bench) rows() []row {
 		append([]row{ref("project in process", "consumer/project")}, consumerRefs...)...)
 	add(fmt.Sprintf("consumer drain %d, NATS, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats",
 		append([]row{ref("project HTTP", "consumer/http")}, consumerRefs...)...)
+	add(fmt.Sprintf("consumer drain %d, NATS sync_interval: always, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats-sync-always",
+		ref("NATS default sync", "consumer/nats"))
 	for _, rate := range b.opt.rates {
 		for _, m := range []struct{ key, unit string }{
 			{"p50", "ms"}, {"p99", "ms"}, {"max", "ms"},

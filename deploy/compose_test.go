@@ -270,6 +270,7 @@ func TestCompose(t *testing.T) {
 			return v.Target == opts.StoreDir && v.Type == types.VolumeTypeVolume && b.project.Volumes[v.Source].Name != ""
 		})
 		require.True(t, onVolume, "the JetStream store %s must be a named volume", opts.StoreDir)
+		require.True(t, opts.SyncAlways, "JetStream fsyncs each message before its ack (sync_interval: always): the outbox settles a row on that ack")
 		require.Empty(t, opts.NoAuthUser, "no anonymous client")
 		require.Empty(t, opts.Authorization, "no shared token")
 		users := map[string]*server.User{}

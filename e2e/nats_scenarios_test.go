@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/infra/stream"
 )
 
 // TestNATSDown freezes the JetStream server (SIGSTOP) under load for a second,
@@ -117,4 +120,58 @@ func TestNATSCluster(t *testing.T) {
 	l.requireFinalStates(t, s)
 	t.Logf("%d events, %d duplicates absorbed by receipts, %d by the broker", len(s.outbox),
 		c.billing.duplicatesSoFar(t), c.lab().duplicatesSoFar(t))
+}
+
+// TestNATSDurableDeleted deletes the stream's durables (billing's and the audit
+// one) while billing is down, as a cleanup or a stream tool might, then
+// activates rules: the interest stream acks those publishes and keeps nothing,
+// so labeling must not settle a row on such an ack. It makes the durables
+// again and publishes again what may have been dropped (once its id has left
+// the duplicate window, 3s here), and when billing starts every event is
+// applied exactly once and the quota is what the activations made it.
+func TestNATSDurableDeleted(t *testing.T) {
+	t.Parallel()
+	c := setup(t, config{transport: transportNATS, billingDown: true, maxAttempts: 200,
+		env: map[string]string{"NATS_DUPLICATE_WINDOW": "3s"}})
+	ctx := context.Background()
+	js := natsClient(t, c.nats)
+	for _, durable := range []string{"billing", auditDurable} {
+		waitFor(t, convergeTimeout, func() bool {
+			_, err := js.Consumer(ctx, stream.Name, durable)
+			return err == nil
+		}, "labeling made the durable "+durable)
+		require.NoError(t, js.DeleteConsumer(ctx, stream.Name, durable))
+	}
+
+	const n = 10
+	org := uuid.New()
+	for range n {
+		id := uuid.New()
+		_, _, err := c.sendUntil(ctx, c.lab, http.MethodPost, rulesPath(org), newRuleBody(id), http.StatusCreated)
+		require.NoError(t, err)
+		_, _, err = c.sendUntil(ctx, c.lab, http.MethodPost, rulePath(org, id, "activate"), nil, http.StatusOK)
+		require.NoError(t, err)
+	}
+	waitFor(t, convergeTimeout, func() bool {
+		rows := c.outboxRows(t)
+		for _, r := range rows {
+			require.Nil(t, r.FailedAt, "a row failed while the durable was missing: %s", r)
+			if r.ProcessedAt == nil {
+				return false
+			}
+		}
+		return len(rows) == n
+	}, "every row is published once the durables exist again")
+	retried := 0
+	for _, r := range c.outboxRows(t) {
+		if r.Attempts > 1 {
+			retried++
+		}
+	}
+	require.Positive(t, retried, "a publish acked while the durable was missing was not settled")
+
+	c.billing.restart(t)
+	s, _ := c.requireConverged(t)
+	require.Len(t, s.outbox, n)
+	require.EqualValues(t, n, c.quota(t, org), "every activation applied once")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,8 +75,21 @@ type Publisher struct {
 	checked chan struct{}         // closed when the first check has ended, ready or not
 	once    sync.Once             // closes checked
 	kick    chan struct{}         // asks the stream loop to check the stream again
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+
+	mu        sync.Mutex
+	instances map[string]instance // each durable of cfg.Consumers as last seen by ensure
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// instance is one incarnation of a durable: its creation time tells it from a
+// durable of the same name deleted and made again, and boundary is the stream's
+// last sequence read after the incarnation was seen to exist, so a message
+// stored at a greater sequence was stored while it existed, if it still exists
+// after the message's ack.
+type instance struct {
+	created  time.Time
+	boundary uint64
 }
 
 // ErrRetention is why Publish refuses when the stream exists with another
@@ -216,21 +230,46 @@ func (p *Publisher) ensure(ctx context.Context) error {
 		}
 		return err
 	}
+	seen := map[string]time.Time{}
 	for _, durable := range p.cfg.Consumers {
-		_, err := p.js.Consumer(ctx, Name, durable)
+		c, err := p.js.Consumer(ctx, Name, durable)
 		if err == nil {
+			seen[durable] = c.CachedInfo().Created
 			continue
 		}
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("consumer %s: %w", durable, err)
 		}
 		// Create, never update: the consumer's own service owns its settings.
-		_, err = p.js.CreateConsumer(ctx, Name, ConsumerConfig{Durable: durable}.JetStreamConfig())
+		c, err = p.js.CreateConsumer(ctx, Name, ConsumerConfig{Durable: durable}.JetStreamConfig())
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 			return fmt.Errorf("create consumer %s: %w", durable, err)
 		}
+		if err != nil { // made meanwhile by someone else: read it
+			if c, err = p.js.Consumer(ctx, Name, durable); err != nil {
+				return fmt.Errorf("consumer %s: %w", durable, err)
+			}
+		}
+		seen[durable] = c.CachedInfo().Created
 		p.logger.Info("nats consumer created, so the stream keeps every message for it", "stream", Name, "consumer", durable)
 	}
+	// Read after every durable was seen: a message stored at a greater
+	// sequence was stored after each of these incarnations existed.
+	st, err := p.js.Stream(ctx, Name)
+	if err != nil {
+		return err
+	}
+	last := st.CachedInfo().State.LastSeq
+	p.mu.Lock()
+	if p.instances == nil {
+		p.instances = map[string]instance{}
+	}
+	for durable, created := range seen {
+		if old, ok := p.instances[durable]; !ok || !old.created.Equal(created) {
+			p.instances[durable] = instance{created: created, boundary: last}
+		}
+	}
+	p.mu.Unlock()
 	if !p.ready.Load() {
 		p.logger.Info("nats stream ready", "stream", Name, "replicas", p.cfg.Replicas,
 			"duplicate_window", p.cfg.DuplicateWindow.String(), "consumers", p.cfg.Consumers)
@@ -283,6 +322,10 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 		}
 		return fmt.Errorf("publish %s %s: %w", m.Tag, m.ID, err)
 	}
+	if err := p.confirm(ctx, ack.Sequence); err != nil {
+		publishes.WithLabelValues(PublishFailed).Inc()
+		return fmt.Errorf("publish %s %s: acked at sequence %d, not settled: %w", m.Tag, m.ID, ack.Sequence, err)
+	}
 	if ack.Duplicate {
 		publishes.WithLabelValues(PublishDuplicate).Inc()
 	} else {
@@ -290,6 +333,60 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	}
 	p.logger.DebugContext(ctx, "event published", "id", m.ID, "tag", m.Tag, "attempt", m.Attempt,
 		"seq", ack.Sequence, "duplicate", ack.Duplicate)
+	return nil
+}
+
+// errNotKept is why a publish acked by the stream is not a success: the message
+// may have been stored while a durable was missing, which an interest stream
+// does not keep for it.
+var errNotKept = errors.New("not known to be kept for every durable")
+
+// confirm returns nil only if the message the stream acked at seq is kept for
+// every durable of cfg.Consumers. After the ack, each durable must exist as the
+// very incarnation ensure saw (same creation time: a durable deleted and made
+// again has another), so that incarnation existed from before ensure's boundary
+// read until now; a message with seq above that boundary was stored within that
+// span, while the durable existed, so the stream keeps it for the durable. A seq
+// at or below the boundary (a duplicate ack of an older publish, or a publish
+// in flight while ensure ran) is kept only if the stream still holds it (a
+// durable made after it, delivering all, still gets it); otherwise the row
+// waits: its id is in the stream's duplicate window, which also records a
+// message dropped for no interest, so its republish is acked as a duplicate and
+// dropped until the window has passed, and then stored anew.
+func (p *Publisher) confirm(ctx context.Context, seq uint64) error {
+	p.mu.Lock()
+	want := maps.Clone(p.instances)
+	p.mu.Unlock()
+	check := false
+	for _, durable := range p.cfg.Consumers {
+		in, ok := want[durable]
+		if !ok {
+			return fmt.Errorf("durable %s not seen yet: %w", durable, errNotKept)
+		}
+		c, err := p.js.Consumer(ctx, Name, durable)
+		if err != nil || !c.CachedInfo().Created.Equal(in.created) {
+			// Missing, or made again: make it (again) before anything more
+			// is settled.
+			p.block(fmt.Errorf("durable %s was deleted: %w", durable, errNotKept))
+			p.kickStream()
+			if err == nil {
+				err = errors.New("made again since it was last seen")
+			}
+			return fmt.Errorf("durable %s: %w (%w)", durable, errNotKept, err)
+		}
+		if seq <= in.boundary {
+			check = true
+		}
+	}
+	if check {
+		st, err := p.js.Stream(ctx, Name)
+		if err != nil {
+			return err
+		}
+		if _, err := st.GetMsg(ctx, seq); err != nil {
+			return fmt.Errorf("sequence %d at or before a durable's creation and no longer in the stream: %w (%w)", seq, errNotKept, err)
+		}
+	}
 	return nil
 }
 
