@@ -1,0 +1,183 @@
+// Package console is the shared part of each service's operator console under
+// /console/: the access rule, the security headers, the CSRF check of every
+// state-changing request and the page layout. Each slice (labeling/console.go)
+// adds its own pages; nothing here is on a hot path.
+package console
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Prefix is the path every console page lives under.
+const Prefix = "/console/"
+
+// csrfCookie holds the double-submit token; csrfField is the form field that
+// must repeat it on every POST.
+const (
+	csrfCookie = "console_csrf"
+	csrfField  = "csrf"
+)
+
+//go:embed templates/*.html
+var layoutFS embed.FS
+
+// Info is what every page shows in its header: the service, its version,
+// transport and database kind, and links to the other service's console.
+type Info struct {
+	Service   string
+	Version   string
+	Transport string
+	Database  string
+	Links     []Link
+}
+
+// Link is a named link in the header.
+type Link struct {
+	Name string
+	URL  string
+}
+
+// Console renders a slice's pages inside the shared layout and guards them.
+type Console struct {
+	info Info
+	open bool // AUTH_DISABLED=true: open on loopback only
+	tmpl *template.Template
+}
+
+// New returns the console of a service whose own page templates are pages
+// (each defines "content" under a file name used by Render). authDisabled is
+// AUTH_DISABLED: then the console admits requests from loopback addresses
+// only; otherwise it admits nobody until an operator credential is presented
+// (see docs/authentication.md).
+func New(info Info, authDisabled bool, pages fs.FS, funcs template.FuncMap) (*Console, error) {
+	base := template.New("layout.html").Funcs(template.FuncMap{"count": count}).Funcs(funcs)
+	if _, err := base.ParseFS(layoutFS, "templates/layout.html"); err != nil {
+		return nil, err
+	}
+	t, err := base.ParseFS(pages, "*.html")
+	if err != nil {
+		return nil, err
+	}
+	return &Console{info: info, open: authDisabled, tmpl: t}, nil
+}
+
+// Group returns the /console group of e behind Guard.
+func (c *Console) Group(e *echo.Echo) *echo.Group {
+	return e.Group("/console", c.Guard)
+}
+
+// Guard sets the security headers on every console response, refuses a caller
+// the access rule does not admit (403), and refuses a POST whose CSRF field
+// does not repeat its cookie (403), before the handler runs.
+func (c *Console) Guard(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		h := ec.Response().Header()
+		// No script, no style, no frame from anywhere: the pages need none.
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		// Pages show payloads and errors: never kept by a browser or a proxy.
+		h.Set("Cache-Control", "no-store")
+		if !c.admits(ec.Request()) {
+			return ec.String(http.StatusForbidden, "console: forbidden (open only on loopback with AUTH_DISABLED=true; see docs/authentication.md)\n")
+		}
+		if ec.Request().Method != http.MethodGet && ec.Request().Method != http.MethodHead {
+			if ec.Request().Method != http.MethodPost {
+				return ec.String(http.StatusMethodNotAllowed, "console: method not allowed\n")
+			}
+			if !validCSRF(ec.Request()) {
+				return ec.String(http.StatusForbidden, "console: missing or wrong CSRF token; reload the page and try again\n")
+			}
+		}
+		return next(ec)
+	}
+}
+
+// admits is the access rule: with AUTH_DISABLED the caller's address must be
+// loopback (as the API's own listener default); with authentication on, no
+// operator credential is implemented yet, so nobody is admitted.
+func (c *Console) admits(r *http.Request) bool {
+	if !c.open {
+		return false
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// validCSRF is the double-submit check: the form's field equals the cookie,
+// which only a page of this origin could read into the form (SameSite=Strict
+// keeps other sites' requests from carrying the cookie at all).
+func validCSRF(r *http.Request) bool {
+	ck, err := r.Cookie(csrfCookie)
+	if err != nil || ck.Value == "" {
+		return false
+	}
+	got := r.PostFormValue(csrfField)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(ck.Value)) == 1
+}
+
+// token returns the request's CSRF token, setting a fresh cookie when it has none.
+func token(ec echo.Context) string {
+	if ck, err := ec.Request().Cookie(csrfCookie); err == nil && ck.Value != "" {
+		return ck.Value
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	v := base64.RawURLEncoding.EncodeToString(b)
+	ec.SetCookie(&http.Cookie{
+		Name: csrfCookie, Value: v, Path: "/console", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: ec.Request().TLS != nil,
+	})
+	return v
+}
+
+// Page is what the layout receives: the shared header, the page's title, the
+// CSRF token for its forms, and the page's own data.
+type Page struct {
+	Info  Info
+	Title string
+	CSRF  string
+	Data  any
+}
+
+// Render writes the page named name (a file of the slice's templates, which
+// defines "content") inside the layout, with status.
+func (c *Console) Render(ec echo.Context, status int, name, title string, data any) error {
+	t, err := c.tmpl.Clone()
+	if err != nil {
+		return err
+	}
+	if _, err := t.New("content-ref").Parse(`{{template "` + name + `" .}}`); err != nil {
+		return err
+	}
+	page := Page{Info: c.info, Title: title, CSRF: token(ec), Data: data} // sets its cookie before the header is written
+	var b bytes.Buffer
+	if err := t.ExecuteTemplate(&b, "layout.html", page); err != nil {
+		return err
+	}
+	return ec.HTMLBlob(status, b.Bytes())
+}
+
+// Style serves the console's one stylesheet.
+func Style(ec echo.Context) error {
+	ec.Response().Header().Set("Cache-Control", "max-age=300")
+	return ec.Blob(http.StatusOK, "text/css; charset=utf-8", styleCSS)
+}
+
+//go:embed style.css
+var styleCSS []byte
