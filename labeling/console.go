@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/console"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
@@ -25,12 +26,9 @@ import (
 //go:embed consolepages/*.html
 var consolePages embed.FS
 
-// ConsoleConfig is what labeling's console needs from the app: whether
-// authentication is off (then it is open on loopback only), and what its
-// header shows.
+// ConsoleConfig is what labeling's console shows beyond the outbox.
 type ConsoleConfig struct {
-	AuthDisabled bool
-	Transport    string
+	Transport string
 	// BillingConsoleURL is CONSOLE_BILLING_URL: a link to billing's console, none when empty.
 	BillingConsoleURL string
 	// TraceURL is CONSOLE_TRACE_URL: a trace viewer's URL with {trace} for the trace id, none when empty.
@@ -38,10 +36,12 @@ type ConsoleConfig struct {
 }
 
 // ConsoleModule serves labeling's operator console under /console/ on the
-// app's echo instance, over the outbox store and the database. It needs a
-// ConsoleConfig, sqldb.DB, outbox.Store and *echo.Echo.
-var ConsoleModule = fx.Invoke(func(e *echo.Echo, cfg ConsoleConfig, db sqldb.DB, store outbox.Store) error {
-	c, err := NewConsole(cfg, db, store)
+// app's echo instance, over the outbox store and the database, behind the
+// operator credential of the app's *auth.Verifier (nil when AUTH_DISABLED: open
+// on loopback only). It needs a ConsoleConfig, sqldb.DB, outbox.Store,
+// *auth.Verifier and *echo.Echo.
+var ConsoleModule = fx.Invoke(func(e *echo.Echo, cfg ConsoleConfig, db sqldb.DB, store outbox.Store, v *auth.Verifier) error {
+	c, err := NewConsole(cfg, db, store, v)
 	if err != nil {
 		return err
 	}
@@ -58,8 +58,9 @@ type Console struct {
 	ui    *console.Console
 }
 
-// NewConsole returns labeling's console over db and store.
-func NewConsole(cfg ConsoleConfig, db sqldb.DB, store outbox.Store) (*Console, error) {
+// NewConsole returns labeling's console over db and store, behind verifier's
+// operator credential (nil: AUTH_DISABLED, loopback only).
+func NewConsole(cfg ConsoleConfig, db sqldb.DB, store outbox.Store, verifier *auth.Verifier) (*Console, error) {
 	info := console.Info{Service: "labeling", Version: console.Version(), Transport: cfg.Transport, Database: string(db.Dialect())}
 	if cfg.BillingConsoleURL != "" {
 		info.Links = append(info.Links, console.Link{Name: "Billing console", URL: cfg.BillingConsoleURL})
@@ -69,7 +70,7 @@ func NewConsole(cfg ConsoleConfig, db sqldb.DB, store outbox.Store) (*Console, e
 	if err != nil {
 		return nil, err
 	}
-	ui, err := console.New(info, cfg.AuthDisabled, pages, template.FuncMap{
+	ui, err := console.New(info, verifier, pages, template.FuncMap{
 		"time": func(ms int64) string { return FormatTime(ms) },
 		"age":  func(ms int64) string { return time.Since(time.UnixMilli(ms)).Truncate(time.Second).String() },
 	})
@@ -82,7 +83,6 @@ func NewConsole(cfg ConsoleConfig, db sqldb.DB, store outbox.Store) (*Console, e
 // Register adds the console's routes to e.
 func (c *Console) Register(e *echo.Echo) {
 	g := c.ui.Group(e)
-	g.GET("/style.css", console.Style)
 	g.GET("/", c.overview)
 	g.GET("/failed", c.failed)
 	g.GET("/rows/:id", c.row)

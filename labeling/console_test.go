@@ -16,26 +16,40 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/migrations"
 )
 
 type consoleBundle struct {
-	db *dbtest.DB
-	e  *echo.Echo
+	db  *dbtest.DB
+	e   *echo.Echo
+	iss *authtest.Issuer // nil: AUTH_DISABLED
+	// bearer, when set, is sent as the Authorization header.
+	bearer string
 }
 
 func consoleSetup(t *testing.T, d sqldb.Dialect, authDisabled bool) *consoleBundle {
 	t.Helper()
 	db := dbtest.New(t, d, migrations.Labeling)
-	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), db.DB)
-	c, err := NewConsole(ConsoleConfig{AuthDisabled: authDisabled, Transport: "http", TraceURL: "https://traces.example/t/{trace}"}, db.DB, outbox.NewStore(db.DB))
+	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	e := web.New(logger, db.DB)
+	var v *auth.Verifier
+	var iss *authtest.Issuer
+	if !authDisabled {
+		iss = authtest.New(t)
+		var err error
+		v, err = auth.NewVerifier(iss.Config(), logger)
+		require.NoError(t, err)
+	}
+	c, err := NewConsole(ConsoleConfig{Transport: "http", TraceURL: "https://traces.example/t/{trace}"}, db.DB, outbox.NewStore(db.DB), v)
 	require.NoError(t, err)
 	c.Register(e)
-	return &consoleBundle{db: db, e: e}
+	return &consoleBundle{db: db, e: e, iss: iss}
 }
 
 // insert adds an outbox row; failed rows get failed_at and lastError.
@@ -68,6 +82,9 @@ func (b *consoleBundle) send(t *testing.T, method, path string, form url.Values,
 	}
 	if jar != nil && *jar != "" {
 		req.AddCookie(&http.Cookie{Name: "console_csrf", Value: *jar})
+	}
+	if b.bearer != "" {
+		req.Header.Set(echo.HeaderAuthorization, "Bearer "+b.bearer)
 	}
 	rec := httptest.NewRecorder()
 	b.e.ServeHTTP(rec, req)
@@ -244,12 +261,63 @@ func TestConsoleAccess(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, b.send(t, http.MethodGet, "/console/", nil, nil, "192.0.2.7:5555").Code)
 			require.Equal(t, http.StatusOK, b.send(t, http.MethodGet, "/console/", nil, nil, "[::1]:5555").Code)
 		})
-		t.Run("with authentication on, nobody without an operator credential is admitted", func(t *testing.T) {
+		t.Run("with authentication on, only an operator credential is admitted", func(t *testing.T) {
 			b := consoleSetup(t, d, false)
 			id := b.insert(t, "RuleActivated", `{"secret":"payload"}`, true, "e")
-			rec := b.send(t, http.MethodGet, "/console/rows/"+id.String(), nil, nil, loopback)
-			require.Equal(t, http.StatusForbidden, rec.Code)
+			row := "/console/rows/" + id.String()
+
+			rec := b.send(t, http.MethodGet, row, nil, nil, loopback)
+			require.Equal(t, http.StatusSeeOther, rec.Code, "no credential: sent to sign in")
+			require.Equal(t, "/console/login", rec.Header().Get("Location"))
 			require.NotContains(t, rec.Body.String(), "secret")
+
+			var jar string
+			page := b.send(t, http.MethodGet, "/console/login", nil, &jar, loopback)
+			require.Equal(t, http.StatusOK, page.Code)
+			csrf := csrfInput.FindStringSubmatch(page.Body.String())[1]
+			act := url.Values{"csrf": {csrf}, "action": {"delete"}, "id": {id.String()}}
+			require.Equal(t, http.StatusUnauthorized, b.send(t, http.MethodPost, "/console/act", act, &jar, loopback).Code)
+
+			plain := b.iss.Token(t, authtest.Claims(uuid.NewString()))
+			rec = b.send(t, http.MethodPost, "/console/login", url.Values{"csrf": {csrf}, "token": {plain}}, &jar, loopback)
+			require.Equal(t, http.StatusUnauthorized, rec.Code, "a token without the operator scope")
+			require.Empty(t, rec.Result().Cookies())
+
+			claims := authtest.Claims()
+			claims["scope"] = "rules:read " + auth.OperatorScope
+			op := b.iss.Token(t, claims)
+			require.Equal(t, http.StatusForbidden, b.send(t, http.MethodPost, "/console/login", url.Values{"token": {op}}, &jar, loopback).Code, "login without CSRF")
+			rec = b.send(t, http.MethodPost, "/console/login", url.Values{"csrf": {csrf}, "token": {op}}, &jar, loopback)
+			require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+			var session *http.Cookie
+			for _, ck := range rec.Result().Cookies() {
+				if ck.Name == "console_session" {
+					session = ck
+				}
+			}
+			require.NotNil(t, session)
+			require.True(t, session.HttpOnly)
+			require.Equal(t, http.SameSiteStrictMode, session.SameSite)
+			require.WithinDuration(t, time.Now().Add(15*time.Minute), session.Expires, time.Minute)
+
+			withSession := func(value string) int {
+				req := httptest.NewRequest(http.MethodGet, row, nil)
+				req.RemoteAddr = "192.0.2.7:5555" // not loopback: the credential is what counts
+				req.AddCookie(&http.Cookie{Name: "console_session", Value: value})
+				rec := httptest.NewRecorder()
+				b.e.ServeHTTP(rec, req)
+				return rec.Code
+			}
+			require.Equal(t, http.StatusOK, withSession(session.Value))
+			require.Equal(t, http.StatusSeeOther, withSession(session.Value+"x"), "a tampered session")
+			require.Equal(t, http.StatusSeeOther, withSession("9999999999.dGVzdA.forged"), "a forged session")
+
+			b.bearer = op
+			rec = b.send(t, http.MethodGet, row, nil, nil, "192.0.2.7:5555")
+			require.Equal(t, http.StatusOK, rec.Code)
+			require.Contains(t, rec.Body.String(), "secret")
+			b.bearer = plain
+			require.Equal(t, http.StatusSeeOther, b.send(t, http.MethodGet, row, nil, nil, loopback).Code, "a bearer token without the scope")
 		})
 	})
 }

@@ -16,6 +16,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/acme/outboxpair/infra/auth"
 )
 
 // Prefix is the path every console page lives under.
@@ -49,31 +51,43 @@ type Link struct {
 
 // Console renders a slice's pages inside the shared layout and guards them.
 type Console struct {
-	info Info
-	open bool // AUTH_DISABLED=true: open on loopback only
-	tmpl *template.Template
+	info     Info
+	verifier *auth.Verifier // nil: AUTH_DISABLED=true, open on loopback only
+	sessions sessions
+	tmpl     *template.Template
 }
 
 // New returns the console of a service whose own page templates are pages
-// (each defines "content" under a file name used by Render). authDisabled is
-// AUTH_DISABLED: then the console admits requests from loopback addresses
-// only; otherwise it admits nobody until an operator credential is presented
-// (see docs/authentication.md).
-func New(info Info, authDisabled bool, pages fs.FS, funcs template.FuncMap) (*Console, error) {
+// (each file defines a template named as Render is asked for). verifier is the
+// service's token verifier, nil when AUTH_DISABLED=true: then the console
+// admits requests from loopback addresses only; otherwise it admits a browser
+// session made at /console/login from a token with auth.OperatorScope, or a
+// request bearing such a token (see docs/authentication.md).
+func New(info Info, verifier *auth.Verifier, pages fs.FS, funcs template.FuncMap) (*Console, error) {
 	base := template.New("layout.html").Funcs(template.FuncMap{"count": count}).Funcs(funcs)
-	if _, err := base.ParseFS(layoutFS, "templates/layout.html"); err != nil {
+	if _, err := base.ParseFS(layoutFS, "templates/*.html"); err != nil {
 		return nil, err
 	}
 	t, err := base.ParseFS(pages, "*.html")
 	if err != nil {
 		return nil, err
 	}
-	return &Console{info: info, open: authDisabled, tmpl: t}, nil
+	sess, err := newSessions()
+	if err != nil {
+		return nil, err
+	}
+	return &Console{info: info, verifier: verifier, sessions: sess, tmpl: t}, nil
 }
 
-// Group returns the /console group of e behind Guard.
+// Group returns the /console group of e behind Guard, with the login and
+// logout routes and the stylesheet.
 func (c *Console) Group(e *echo.Echo) *echo.Group {
-	return e.Group("/console", c.Guard)
+	g := e.Group("/console", c.Guard)
+	g.GET("/style.css", Style)
+	g.GET("/login", c.loginPage)
+	g.POST("/login", c.login)
+	g.POST("/logout", c.logout)
+	return g
 }
 
 // Guard sets the security headers on every console response, refuses a caller
@@ -89,8 +103,16 @@ func (c *Console) Guard(next echo.HandlerFunc) echo.HandlerFunc {
 		h.Set("Referrer-Policy", "no-referrer")
 		// Pages show payloads and errors: never kept by a browser or a proxy.
 		h.Set("Cache-Control", "no-store")
-		if !c.admits(ec.Request()) {
-			return ec.String(http.StatusForbidden, "console: forbidden (open only on loopback with AUTH_DISABLED=true; see docs/authentication.md)\n")
+		path := ec.Request().URL.Path
+		public := path == "/console/login" || path == "/console/style.css"
+		switch {
+		case c.verifier == nil && !loopback(ec.Request()):
+			return ec.String(http.StatusForbidden, "console: forbidden (with AUTH_DISABLED=true the console is open on loopback only; see docs/authentication.md)\n")
+		case c.verifier != nil && !public && !c.signedIn(ec):
+			if ec.Request().Method == http.MethodGet {
+				return ec.Redirect(http.StatusSeeOther, "/console/login")
+			}
+			return ec.String(http.StatusUnauthorized, "console: sign in with an operator token at /console/login\n")
 		}
 		if ec.Request().Method != http.MethodGet && ec.Request().Method != http.MethodHead {
 			if ec.Request().Method != http.MethodPost {
@@ -104,13 +126,9 @@ func (c *Console) Guard(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// admits is the access rule: with AUTH_DISABLED the caller's address must be
-// loopback (as the API's own listener default); with authentication on, no
-// operator credential is implemented yet, so nobody is admitted.
-func (c *Console) admits(r *http.Request) bool {
-	if !c.open {
-		return false
-	}
+// loopback reports whether the request came from a loopback address: the
+// rule with AUTH_DISABLED=true.
+func loopback(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return false
@@ -152,6 +170,7 @@ type Page struct {
 	Info  Info
 	Title string
 	CSRF  string
+	Auth  bool // authentication is on: the header offers a sign-out
 	Data  any
 }
 
@@ -165,7 +184,7 @@ func (c *Console) Render(ec echo.Context, status int, name, title string, data a
 	if _, err := t.New("content-ref").Parse(`{{template "` + name + `" .}}`); err != nil {
 		return err
 	}
-	page := Page{Info: c.info, Title: title, CSRF: token(ec), Data: data} // sets its cookie before the header is written
+	page := Page{Info: c.info, Title: title, CSRF: token(ec), Auth: c.verifier != nil, Data: data} // sets its cookie before the header is written
 	var b bytes.Buffer
 	if err := t.ExecuteTemplate(&b, "layout.html", page); err != nil {
 		return err
