@@ -106,7 +106,15 @@ func (c *Console) overview(ec echo.Context) error {
 	if err != nil {
 		return c.fail(ec, err)
 	}
-	return c.ui.Render(ec, http.StatusOK, "overview", "Outbox overview", overviewData{Counts: counts, Chart: console.BarChart("Processed per minute, last hour", rate)})
+	title := "Processed per minute, last hour"
+	var total int64
+	for _, n := range rate {
+		total += n
+	}
+	if total >= rateCap {
+		title += fmt.Sprintf(" (the newest %d rows only: older minutes are incomplete)", rateCap)
+	}
+	return c.ui.Render(ec, http.StatusOK, "overview", "Outbox overview", overviewData{Counts: counts, Chart: console.BarChart(title, rate)})
 }
 
 // failedData is the failed rows page.

@@ -145,9 +145,9 @@ func (q consoleQueries) counts(ctx context.Context, now int64) (Counts, error) {
 	return c, err
 }
 
-// rateCap bounds the processed rows the chart reads: at a higher rate the
-// chart shows the first rateCap of the hour's rows' minutes.
-const rateCap = 200000
+// rateCap bounds the processed rows the chart reads (newest first): above
+// about 27 rows/s the hour's older minutes are incomplete, and the chart says so.
+const rateCap = 100000
 
 // processedPerMinute is the processed rows of each of the 60 minutes before
 // now, oldest first, read through the processed index.

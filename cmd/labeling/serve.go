@@ -51,7 +51,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 			retention.Config{Interval: cfg.CleanupInterval},
 			authn,
 			telemetry.Config{Service: "labeling", Lookup: lookup},
-			labeling.ConsoleConfig{Transport: cfg.EventsTransport},
+			labeling.ConsoleConfig{Transport: cfg.EventsTransport, BillingConsoleURL: cfg.ConsoleBillingURL, TraceURL: cfg.ConsoleTraceURL},
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),

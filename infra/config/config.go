@@ -26,6 +26,11 @@ type Labeling struct {
 	HTTPAddr          string
 	EventsToken       string
 	BillingURL        string
+	// ConsoleBillingURL (CONSOLE_BILLING_URL) is the link from labeling's
+	// console to billing's, or empty; ConsoleTraceURL (CONSOLE_TRACE_URL) a
+	// trace viewer's URL with {trace} for a row's trace id, or empty.
+	ConsoleBillingURL string
+	ConsoleTraceURL   string
 
 	PollInterval       time.Duration
 	ClaimSize          int
@@ -170,6 +175,8 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
 		EventsToken:        r.required("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
+		ConsoleBillingURL:  r.optionalURL("CONSOLE_BILLING_URL", ""),
+		ConsoleTraceURL:    r.optionalURL("CONSOLE_TRACE_URL", "{trace}"),
 		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
 		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", DefaultClaimSize, MaxClaimSize),
 		Workers:            r.positiveInt("OUTBOX_WORKERS", DefaultWorkers, MaxClaimSize),
@@ -361,6 +368,23 @@ func (r *reader) httpURL(name, def string) string {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail(name, "%q is not an http(s) URL", v)
+	}
+	return v
+}
+
+// optionalURL is an http(s) URL or empty; a non-empty one must contain must.
+func (r *reader) optionalURL(name, must string) string {
+	v := r.str(name, "")
+	if v == "" {
+		return ""
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail(name, "%q is not an http(s) URL", v)
+		return ""
+	}
+	if !strings.Contains(v, must) {
+		r.fail(name, "%q does not contain %s", v, must)
 	}
 	return v
 }

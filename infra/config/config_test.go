@@ -102,6 +102,8 @@ func TestLoadLabeling(t *testing.T) {
 		{"malformed database url", "DATABASE_URL", "postgres://%zz"},
 		{"missing token", "EVENTS_TOKEN", ""},
 		{"billing url without scheme", "BILLING_URL", "billing:8081"},
+		{"console trace url without {trace}", "CONSOLE_TRACE_URL", "https://traces.example/t/"},
+		{"console billing url without scheme", "CONSOLE_BILLING_URL", "billing:8081/console/"},
 		{"duration without unit", "OUTBOX_POLL_INTERVAL", "5"},
 		{"negative duration", "OUTBOX_HANDLER_TIMEOUT", "-1s"},
 		{"zero claim size", "OUTBOX_CLAIM_SIZE", "0"},

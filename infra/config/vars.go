@@ -63,6 +63,8 @@ var Vars = []Var{
 	{Name: "HTTP_ADDR", Services: bothServices},
 	{Name: "EVENTS_TOKEN", Services: bothServices, Note: "required by serve", Required: true},
 	{Name: "BILLING_URL", Services: LabelingService},
+	{Name: "CONSOLE_BILLING_URL", Services: LabelingService},
+	{Name: "CONSOLE_TRACE_URL", Services: LabelingService},
 	{Name: "OUTBOX_POLL_INTERVAL", Services: LabelingService},
 	{Name: "OUTBOX_CLAIM_SIZE", Services: LabelingService},
 	{Name: "OUTBOX_WORKERS", Services: LabelingService},
