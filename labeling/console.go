@@ -61,7 +61,7 @@ type Console struct {
 // NewConsole returns labeling's console over db and store, behind verifier's
 // operator credential (nil: AUTH_DISABLED, loopback only).
 func NewConsole(cfg ConsoleConfig, db sqldb.DB, store outbox.Store, verifier *auth.Verifier) (*Console, error) {
-	info := console.Info{Service: "labeling", Version: console.Version(), Transport: cfg.Transport, Database: string(db.Dialect())}
+	info := console.Info{Service: "labeling", Version: console.Version(), Transport: cfg.Transport, Database: string(db.Dialect()), Ready: db.Ping}
 	if cfg.BillingConsoleURL != "" {
 		info.Links = append(info.Links, console.Link{Name: "Billing console", URL: cfg.BillingConsoleURL})
 	}

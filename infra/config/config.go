@@ -86,6 +86,10 @@ type Billing struct {
 	// applies in one transaction; 1 is one transaction per event.
 	ApplyGroupMax int
 
+	// ConsoleLabelingURL (CONSOLE_LABELING_URL) is the link from billing's
+	// console to labeling's, or empty.
+	ConsoleLabelingURL string
+
 	Bounds
 }
 
@@ -257,16 +261,17 @@ func (r *reader) dbBounds() Bounds {
 func LoadBilling(lookup Lookup) (Billing, error) {
 	r := reader{lookup: lookup}
 	c := Billing{
-		HTTPAddr:          r.str("HTTP_ADDR", ":8081"),
-		EventsToken:       r.required("EVENTS_TOKEN"),
-		ReceiptsRetention: r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
-		CleanupInterval:   r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
-		Bounds:            r.bounds(),
-		NATSURL:           r.natsURL("NATS_URL"),
-		NATSAckWait:       r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
-		ApplyGroupMax:     r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
-		NATSCreds:         r.file("NATS_CREDS"),
-		NATSMaxDeliveries: r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
+		HTTPAddr:           r.str("HTTP_ADDR", ":8081"),
+		EventsToken:        r.required("EVENTS_TOKEN"),
+		ReceiptsRetention:  r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
+		Bounds:             r.bounds(),
+		ConsoleLabelingURL: r.optionalURL("CONSOLE_LABELING_URL", ""),
+		NATSURL:            r.natsURL("NATS_URL"),
+		NATSAckWait:        r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
+		ApplyGroupMax:      r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
+		NATSCreds:          r.file("NATS_CREDS"),
+		NATSMaxDeliveries:  r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
 	return c, r.err

@@ -76,6 +76,7 @@ var Vars = []Var{
 	{Name: "OUTBOX_PROCESSED_RETENTION", Services: LabelingService},
 	{Name: "OUTBOX_NOTIFY", Services: LabelingService},
 	{Name: "RECEIPTS_RETENTION", Services: BillingService},
+	{Name: "CONSOLE_LABELING_URL", Services: BillingService},
 	{Name: "BILLING_APPLY_GROUP_MAX", Services: BillingService},
 	{Name: "CLEANUP_INTERVAL", Services: bothServices},
 	{Name: "HTTP_REQUEST_TIMEOUT", Services: bothServices},

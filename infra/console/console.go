@@ -6,6 +6,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -14,6 +15,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -41,6 +43,8 @@ type Info struct {
 	Transport string
 	Database  string
 	Links     []Link
+	// Ready is what /readyz checks (a ping of the database); nil shows nothing.
+	Ready func(context.Context) error
 }
 
 // Link is a named link in the header.
@@ -171,6 +175,8 @@ type Page struct {
 	Title string
 	CSRF  string
 	Auth  bool // authentication is on: the header offers a sign-out
+	// Ready is what /readyz would answer now: "ready (200)" or "not ready (503)".
+	Ready string
 	Data  any
 }
 
@@ -185,6 +191,14 @@ func (c *Console) Render(ec echo.Context, status int, name, title string, data a
 		return err
 	}
 	page := Page{Info: c.info, Title: title, CSRF: token(ec), Auth: c.verifier != nil, Data: data} // sets its cookie before the header is written
+	if c.info.Ready != nil {
+		ctx, cancel := context.WithTimeout(ec.Request().Context(), 2*time.Second) // /readyz's own bound
+		page.Ready = "ready (200)"
+		if c.info.Ready(ctx) != nil {
+			page.Ready = "not ready: database unavailable (503)"
+		}
+		cancel()
+	}
 	var b bytes.Buffer
 	if err := t.ExecuteTemplate(&b, "layout.html", page); err != nil {
 		return err
