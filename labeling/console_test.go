@@ -121,6 +121,9 @@ func TestConsole(t *testing.T) {
 			require.Contains(t, h.Get("Content-Security-Policy"), "frame-ancestors 'none'")
 			require.Equal(t, "DENY", h.Get("X-Frame-Options"))
 			require.Equal(t, "no-store", h.Get("Cache-Control"))
+			rec = b.send(t, http.MethodGet, "/console", nil, nil, loopback)
+			require.Equal(t, http.StatusMovedPermanently, rec.Code)
+			require.Equal(t, "/console/", rec.Header().Get("Location"))
 		})
 
 		t.Run("the overview counts the rows by state and tag and draws the rate", func(t *testing.T) {

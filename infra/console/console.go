@@ -87,6 +87,7 @@ func New(info Info, verifier *auth.Verifier, pages fs.FS, funcs template.FuncMap
 // logout routes and the stylesheet.
 func (c *Console) Group(e *echo.Echo) *echo.Group {
 	g := e.Group("/console", c.Guard)
+	g.GET("", func(ec echo.Context) error { return ec.Redirect(http.StatusMovedPermanently, Prefix) })
 	g.GET("/style.css", Style)
 	g.GET("/login", c.loginPage)
 	g.POST("/login", c.login)
