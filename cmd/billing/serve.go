@@ -52,6 +52,7 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 			billing.Config{EventsToken: cfg.EventsToken, EventsTokenPrevious: cfg.EventsTokenPrevious, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
 			authn,
 			telemetry.Config{Service: "billing", Lookup: lookup},
+			consoleConfig(cfg),
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
@@ -63,6 +64,8 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 		// Stops after the HTTP server has drained, within its own share.
 		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
 		billing.Module,
+		// The operator pages under /console/: reads, and replay when wired.
+		billing.ConsoleModule,
 		// Stops after the HTTP server has drained, within its own share.
 		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
 	)
@@ -74,4 +77,15 @@ func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
 	if defaulted {
 		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
 	}
+}
+
+// consoleConfig is billing's console: its header and, once connected, the
+// replay of NATS records. To connect replay, set Replayer to a
+// billing.NATSReplayer (nil hides the replay buttons).
+func consoleConfig(cfg config.Billing) billing.ConsoleConfig {
+	transport := config.TransportHTTP
+	if cfg.NATSURL != "" {
+		transport = "http and nats"
+	}
+	return billing.ConsoleConfig{Transport: transport, LabelingConsoleURL: cfg.ConsoleLabelingURL}
 }

@@ -53,6 +53,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 			retention.Config{Interval: cfg.CleanupInterval},
 			authn,
 			telemetry.Config{Service: "labeling", Lookup: lookup},
+			labeling.ConsoleConfig{Transport: cfg.EventsTransport, BillingConsoleURL: cfg.ConsoleBillingURL, TraceURL: cfg.ConsoleTraceURL},
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
@@ -71,6 +72,8 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),
 		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
 		labeling.Module,
+		// The operator pages under /console/: reads and admin actions only.
+		labeling.ConsoleModule,
 	)
 }
 

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,21 @@ type Config struct {
 type Claims struct {
 	jwt.RegisteredClaims
 	OrgIDs []string `json:"org_ids"` // the orgs the caller may act on
+	Scope  string   `json:"scope"`   // space-separated scopes (RFC 9068); OperatorScope opens the console
+}
+
+// OperatorScope is the scope that admits a token's holder to the operator
+// console (contract section 8).
+const OperatorScope = "outbox:operator"
+
+// HasScope reports whether the token's scope claim lists s.
+func (c *Claims) HasScope(s string) bool {
+	for _, f := range strings.Fields(c.Scope) {
+		if f == s {
+			return true
+		}
+	}
+	return false
 }
 
 // Verifier checks bearer tokens. It is safe for concurrent use.

@@ -26,6 +26,11 @@ type Labeling struct {
 	HTTPAddr          string
 	EventsToken       string
 	BillingURL        string
+	// ConsoleBillingURL (CONSOLE_BILLING_URL) is the link from labeling's
+	// console to billing's, or empty; ConsoleTraceURL (CONSOLE_TRACE_URL) a
+	// trace viewer's URL with {trace} for a row's trace id, or empty.
+	ConsoleBillingURL string
+	ConsoleTraceURL   string
 
 	PollInterval       time.Duration
 	ClaimSize          int
@@ -83,6 +88,10 @@ type Billing struct {
 	// ApplyGroupMax (BILLING_APPLY_GROUP_MAX) bounds the deliveries billing
 	// applies in one transaction; 1 is one transaction per event.
 	ApplyGroupMax int
+
+	// ConsoleLabelingURL (CONSOLE_LABELING_URL) is the link from billing's
+	// console to labeling's, or empty.
+	ConsoleLabelingURL string
 
 	Bounds
 }
@@ -173,6 +182,8 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
 		EventsToken:        r.token("EVENTS_TOKEN"),
 		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
+		ConsoleBillingURL:  r.optionalURL("CONSOLE_BILLING_URL", ""),
+		ConsoleTraceURL:    r.optionalURL("CONSOLE_TRACE_URL", "{trace}"),
 		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
 		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", DefaultClaimSize, MaxClaimSize),
 		Workers:            r.positiveInt("OUTBOX_WORKERS", DefaultWorkers, MaxClaimSize),
@@ -277,6 +288,7 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
 		CleanupInterval:     r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
 		Bounds:              r.bounds(),
+		ConsoleLabelingURL:  r.optionalURL("CONSOLE_LABELING_URL", ""),
 		NATSURL:             r.natsURL("NATS_URL"),
 		NATSAckWait:         r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
 		ApplyGroupMax:       r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
@@ -405,6 +417,23 @@ func (r *reader) httpURL(name, def string) string {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail(name, "%q is not an http(s) URL", v)
+	}
+	return v
+}
+
+// optionalURL is an http(s) URL or empty; a non-empty one must contain must.
+func (r *reader) optionalURL(name, must string) string {
+	v := r.str(name, "")
+	if v == "" {
+		return ""
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail(name, "%q is not an http(s) URL", v)
+		return ""
+	}
+	if !strings.Contains(v, must) {
+		r.fail(name, "%q does not contain %s", v, must)
 	}
 	return v
 }

@@ -104,6 +104,8 @@ func TestLoadLabeling(t *testing.T) {
 		{"a blank token", "EVENTS_TOKEN", " "},
 		{"a whitespace-only token", "EVENTS_TOKEN", "\t \n"},
 		{"billing url without scheme", "BILLING_URL", "billing:8081"},
+		{"console trace url without {trace}", "CONSOLE_TRACE_URL", "https://traces.example/t/"},
+		{"console billing url without scheme", "CONSOLE_BILLING_URL", "billing:8081/console/"},
 		{"duration without unit", "OUTBOX_POLL_INTERVAL", "5"},
 		{"negative duration", "OUTBOX_HANDLER_TIMEOUT", "-1s"},
 		{"zero claim size", "OUTBOX_CLAIM_SIZE", "0"},

@@ -1,0 +1,199 @@
+package billing
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/infra/console"
+	"github.com/acme/outboxpair/infra/sqldb"
+)
+
+//go:embed consolepages/*.html
+var consolePages embed.FS
+
+// NATSReplayer replays terminated NATS messages of billing_nats_failed, named
+// by stream sequence (nil ids: all). It reports how many it replayed of how
+// many it was asked for. The console shows replay buttons only when
+// ConsoleConfig.Replayer is set.
+type NATSReplayer interface {
+	Replay(ctx context.Context, ids []int64) (replayed, total int, err error)
+}
+
+// ConsoleConfig is what billing's console shows and may do.
+type ConsoleConfig struct {
+	Transport string
+	// LabelingConsoleURL (CONSOLE_LABELING_URL) links to labeling's console; none when empty.
+	LabelingConsoleURL string
+	// Replayer replays NATS records; nil hides replay.
+	Replayer NATSReplayer
+}
+
+// ConsoleModule serves billing's operator console under /console/ behind the
+// app's *auth.Verifier's operator credential (nil: AUTH_DISABLED, loopback only).
+var ConsoleModule = fx.Invoke(func(e *echo.Echo, cfg ConsoleConfig, db sqldb.DB, svc *Service, v *auth.Verifier) error {
+	c, err := NewConsole(cfg, db, svc, v)
+	if err != nil {
+		return err
+	}
+	c.Register(e)
+	return nil
+})
+
+// Console is billing's operator pages: a quota lookup and the NATS records.
+type Console struct {
+	cfg ConsoleConfig
+	db  sqldb.DB
+	svc *Service
+	ui  *console.Console
+}
+
+// NewConsole returns billing's console.
+func NewConsole(cfg ConsoleConfig, db sqldb.DB, svc *Service, verifier *auth.Verifier) (*Console, error) {
+	info := console.Info{Service: "billing", Version: console.Version(), Transport: cfg.Transport, Database: string(db.Dialect()), Ready: db.Ping}
+	if cfg.LabelingConsoleURL != "" {
+		info.Links = append(info.Links, console.Link{Name: "Labeling console", URL: cfg.LabelingConsoleURL})
+	}
+	info.Links = append(info.Links, console.Link{Name: "NATS records", URL: "/console/nats"})
+	pages, err := fs.Sub(consolePages, "consolepages")
+	if err != nil {
+		return nil, err
+	}
+	ui, err := console.New(info, verifier, pages, template.FuncMap{
+		"ms": func(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Console{cfg: cfg, db: db, svc: svc, ui: ui}, nil
+}
+
+// Register adds the console's routes to e.
+func (c *Console) Register(e *echo.Echo) {
+	g := c.ui.Group(e)
+	g.GET("/", c.quota)
+	g.GET("/nats", c.nats)
+	if c.cfg.Replayer != nil {
+		g.POST("/nats/confirm", c.confirm)
+		g.POST("/nats/replay", c.replay)
+	}
+}
+
+type quotaData struct {
+	Org   string
+	Quota *Quota
+	Bad   bool
+}
+
+func (c *Console) quota(ec echo.Context) error {
+	d := quotaData{Org: ec.QueryParam("org")}
+	if d.Org == "" {
+		return c.ui.Render(ec, http.StatusOK, "quota", "Quota lookup", d)
+	}
+	org, err := ParseOrgID(d.Org)
+	if err != nil {
+		d.Bad = true
+		return c.ui.Render(ec, http.StatusBadRequest, "quota", "Quota lookup", d)
+	}
+	q, err := c.svc.Quota(ec.Request().Context(), org)
+	if err != nil {
+		return c.fail(ec, err)
+	}
+	d.Quota = &q
+	return c.ui.Render(ec, http.StatusOK, "quota", "Quota lookup", d)
+}
+
+// natsShown is the most NATS records the page lists.
+const natsShown = 200
+
+type natsData struct {
+	Rows   []NATSFailed
+	Total  int
+	Replay bool
+}
+
+func (c *Console) nats(ec echo.Context) error {
+	rows, err := ListNATSFailed(ec.Request().Context(), c.db)
+	if err != nil {
+		return c.fail(ec, err)
+	}
+	d := natsData{Total: len(rows), Replay: c.cfg.Replayer != nil}
+	d.Rows = rows[:min(len(rows), natsShown)]
+	return c.ui.Render(ec, http.StatusOK, "nats", "NATS records (billing_nats_failed)", d)
+}
+
+type replayData struct {
+	IDs   []int64
+	All   bool
+	Count int
+}
+
+func seqs(ec echo.Context) ([]int64, bool, error) {
+	if ec.FormValue("all") == "true" {
+		return nil, true, nil
+	}
+	form, _ := ec.FormParams()
+	var ids []int64
+	for _, s := range form["seq"] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, false, errBadConsoleForm
+		}
+		ids = append(ids, n)
+	}
+	if len(ids) == 0 {
+		return nil, false, errBadConsoleForm
+	}
+	return ids, false, nil
+}
+
+var errBadConsoleForm = errors.New("select at least one record by its stream sequence")
+
+func (c *Console) confirm(ec echo.Context) error {
+	ids, all, err := seqs(ec)
+	if err != nil {
+		return c.fail(ec, err)
+	}
+	n := len(ids)
+	if all {
+		rows, err := ListNATSFailed(ec.Request().Context(), c.db)
+		if err != nil {
+			return c.fail(ec, err)
+		}
+		n = len(rows)
+	}
+	return c.ui.Render(ec, http.StatusOK, "replayconfirm", "Confirm replay", replayData{IDs: ids, All: all, Count: n})
+}
+
+func (c *Console) replay(ec echo.Context) error {
+	ids, _, err := seqs(ec)
+	if err != nil {
+		return c.fail(ec, err)
+	}
+	replayed, total, err := c.cfg.Replayer.Replay(ec.Request().Context(), ids)
+	if err != nil {
+		return c.fail(ec, err)
+	}
+	return c.ui.Render(ec, http.StatusOK, "message", "Replayed", fmt.Sprintf("Replayed %d of %d record(s).", replayed, total))
+}
+
+func (c *Console) fail(ec echo.Context, err error) error {
+	if errors.Is(err, errBadConsoleForm) {
+		return c.ui.Render(ec, http.StatusBadRequest, "message", "Bad request", "Nothing changed: "+err.Error()+".")
+	}
+	if c.db.Unavailable(err) || errors.Is(err, context.DeadlineExceeded) {
+		return c.ui.Render(ec, http.StatusServiceUnavailable, "message", "Database unavailable", "The database did not answer; try again.")
+	}
+	ec.Logger().Error("console: ", err)
+	return c.ui.Render(ec, http.StatusInternalServerError, "message", "Internal error", "The console could not read the database; the service's log says why.")
+}

@@ -1,0 +1,134 @@
+package billing_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/migrations"
+)
+
+// recordingReplayer is the replay seam's other side in these tests: it records
+// the stream sequences the console asked for.
+type recordingReplayer struct {
+	mu    sync.Mutex
+	calls [][]int64
+}
+
+func (r *recordingReplayer) Replay(_ context.Context, ids []int64) (int, int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, ids)
+	return len(ids), len(ids), nil
+}
+
+func consoleOn(t *testing.T, db *dbtest.DB, replayer billing.NATSReplayer) (*echo.Echo, *billing.Service) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc := billing.NewService(db.DB, logger)
+	e := web.New(logger, db.DB)
+	cfg := billing.ConsoleConfig{Transport: "http", LabelingConsoleURL: "http://localhost:8080/console/"}
+	if replayer != nil {
+		cfg.Replayer = replayer
+	}
+	c, err := billing.NewConsole(cfg, db.DB, svc, nil)
+	require.NoError(t, err)
+	c.Register(e)
+	return e, svc
+}
+
+func consoleDo(e *echo.Echo, method, path string, form url.Values, csrf string) *httptest.ResponseRecorder {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req := httptest.NewRequest(method, path, body)
+	req.RemoteAddr = "127.0.0.1:40000"
+	if form != nil {
+		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationForm)
+	}
+	if csrf != "" {
+		req.AddCookie(&http.Cookie{Name: "console_csrf", Value: csrf})
+	}
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestBillingConsole(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := dbtest.New(t, d, migrations.Billing)
+		replayer := &recordingReplayer{}
+		e, svc := consoleOn(t, db, replayer)
+		org := uuid.New()
+		_, err := svc.Apply(context.Background(), billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1})
+		require.NoError(t, err)
+		store := billing.NewStore(db.DB)
+		require.NoError(t, db.InTx(context.Background(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+			return store.InsertNATSFailed(context.Background(), tx, billing.NATSFailed{
+				StreamSeq: 7, StoredAt: 1, Subject: "labeling.events.RuleActivated", MsgID: "m-7",
+				Payload: []byte(`{}`), Reason: `<img src=x onerror=alert(1)>`, Deliveries: 3, FailedAt: time.Now().UnixMilli(),
+			})
+		}))
+
+		t.Run("the quota lookup shows an org's active rules, and the header the service's state", func(t *testing.T) {
+			rec := consoleDo(e, http.MethodGet, "/console/?org="+org.String(), nil, "")
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			body := rec.Body.String()
+			require.Contains(t, body, `<td class="num" id="active-rules">1</td>`)
+			require.Contains(t, body, "database "+string(d))
+			require.Contains(t, body, `<span id="readyz">ready (200)</span>`)
+			require.Contains(t, body, `href="http://localhost:8080/console/"`)
+			require.Equal(t, "DENY", rec.Header().Get("X-Frame-Options"))
+			require.Equal(t, http.StatusBadRequest, consoleDo(e, http.MethodGet, "/console/?org=acme", nil, "").Code)
+		})
+
+		t.Run("the NATS records are listed with their reasons as text", func(t *testing.T) {
+			body := consoleDo(e, http.MethodGet, "/console/nats", nil, "").Body.String()
+			require.Contains(t, body, "m-7")
+			require.Contains(t, body, "&lt;img src=x onerror=alert(1)&gt;")
+			require.NotContains(t, body, "<img src=x")
+			require.Contains(t, body, "Replay selected")
+		})
+
+		t.Run("replay goes through a confirmation to the replayer with the confirmed records", func(t *testing.T) {
+			const csrf = "test-csrf"
+			rec := consoleDo(e, http.MethodPost, "/console/nats/confirm", url.Values{"csrf": {csrf}, "seq": {"7"}}, csrf)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), "<strong>1</strong> record(s)")
+			require.Empty(t, replayer.calls, "the confirmation replays nothing")
+			require.Equal(t, http.StatusForbidden, consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"seq": {"7"}}, "").Code)
+			rec = consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "seq": {"7"}}, csrf)
+			require.Contains(t, rec.Body.String(), "Replayed 1 of 1 record(s).")
+			rec = consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "all": {"true"}}, csrf)
+			require.Equal(t, http.StatusOK, rec.Code)
+			require.Equal(t, [][]int64{{7}, nil}, replayer.calls)
+			require.Equal(t, http.StatusBadRequest, consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "seq": {"x"}}, csrf).Code)
+		})
+
+		t.Run("without a replayer no replay is offered or served", func(t *testing.T) {
+			e2, _ := consoleOn(t, db, nil)
+			body := consoleDo(e2, http.MethodGet, "/console/nats", nil, "").Body.String()
+			require.Contains(t, body, "m-7")
+			require.NotContains(t, body, "Replay")
+			const csrf = "test-csrf"
+			require.NotEqual(t, http.StatusOK, consoleDo(e2, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "seq": {"7"}}, csrf).Code)
+		})
+	})
+}
