@@ -52,10 +52,12 @@ const defaultBusy = 5 * time.Second
 // DB is a SQLite database opened for one process: one writer connection and a
 // few readers.
 type DB struct {
-	Path   string
-	Write  *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
-	Read   *sql.DB // read-only connections
-	bounds Bounds
+	Path string
+	// Created is true when Open created the file (for the start-up's log line).
+	Created bool
+	Write   *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
+	Read    *sql.DB // read-only connections
+	bounds  Bounds
 }
 
 var _ sqldb.DB = (*DB)(nil)
@@ -133,20 +135,21 @@ func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
 }
 
 // Open opens (and creates, with its folder, when missing) the SQLite file of a
-// sqlite:PATH URL. It does not touch the schema: Migrate does.
+// sqlite:PATH URL. It does not touch the schema: Migrate does. A folder it
+// creates is 0700 and the file 0600, whatever the umask: SQLite gives the -wal
+// and -shm files the database file's mode, and the migrate lock is 0600 too.
 func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	path, err := sqldb.SQLitePath(dbURL)
 	if err != nil {
 		return nil, err
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create the folder of %s: %w", path, err)
-		}
+	created, err := create(path)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: create %s: %w", path, err)
 	}
 	w, err := sql.Open("sqlite", DSN(path, b.LockTimeout, true, false))
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("DATABASE_URL: open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
@@ -156,16 +159,49 @@ func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	// before any reader opens it read-only.
 	if err := w.PingContext(ctx); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("DATABASE_URL: open %s: %w", path, err)
 	}
 	r, err := sql.Open("sqlite", DSN(path, b.LockTimeout, false, true))
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("DATABASE_URL: open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	return &DB{Path: path, Write: w, Read: r, bounds: b}, nil
+	return &DB{Path: path, Created: created, Write: w, Read: r, bounds: b}, nil
+}
+
+// create makes path's missing folders (0700) and the file itself (0600),
+// reporting whether the file was created. The modes are set after the create,
+// so the umask cannot widen or narrow them.
+func create(path string) (bool, error) {
+	var missing []string
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(dir); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		missing = append(missing, dir)
+		if dir == filepath.Dir(dir) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return false, err
+		}
+		if err := os.Chmod(missing[i], 0o700); err != nil {
+			return false, err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return true, f.Chmod(0o600)
 }
 
 // Close closes both pools.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,4 +122,47 @@ func TestMigrateReplicas(t *testing.T) {
 		`SELECT count(*), count(DISTINCT version_id) FROM labeling_goose_db_version WHERE version_id > 0`).Scan(&applied, &distinct))
 	require.Equal(t, 5, applied, "each migration recorded once")
 	require.Equal(t, 5, distinct)
+}
+
+// TestFileModes is not parallel: the umask is the process's, and it is set to
+// 0 here so that only Open's own modes can make the files private.
+func TestFileModes(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+
+	t.Run("a created folder is 0700 and the database, -wal, -shm and migrate lock files 0600 under umask 0", func(t *testing.T) {
+		root := t.TempDir()
+		path := filepath.Join(root, "a", "b", "labeling.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.True(t, db.Created)
+		require.NoError(t, sqlite.Migrate(t.Context(), db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil))
+		_, err = db.Write.ExecContext(t.Context(), `CREATE TABLE t (x INTEGER)`) // a write, so the -wal and -shm exist
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, db.Read.QueryRowContext(t.Context(), `SELECT count(*) FROM t`).Scan(&n))
+		for _, dir := range []string{filepath.Join(root, "a"), filepath.Join(root, "a", "b")} {
+			fi, err := os.Stat(dir)
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), dir)
+		}
+		for _, f := range []string{path, path + "-wal", path + "-shm", path + "-migrate.lock"} {
+			fi, err := os.Stat(f)
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+		}
+	})
+
+	t.Run("an existing file is opened as it is, not created", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "x.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		require.True(t, db.Created)
+		require.NoError(t, db.Close())
+		db, err = sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.False(t, db.Created)
+	})
 }
