@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -256,4 +258,29 @@ func TestOutboxCommands(t *testing.T) {
 			require.True(t, f.exists(t, f.pending))
 		})
 	})
+}
+
+func TestOperatorCommandsNeverCreateADatabase(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"outbox", "failed"},
+		{"outbox", "requeue", uuid.NewString()},
+		{"outbox", "requeue", "--all-failed"},
+		{"outbox", "delete", uuid.NewString()},
+	} {
+		t.Run(strings.Join(args, " ")+" on a missing SQLite file exits 1 naming its absolute path and creates nothing", func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "missing")
+			path := filepath.Join(dir, "labeling.db")
+
+			code, stdout, stderr := runCLI(map[string]string{"DATABASE_URL": "sqlite:" + path}, args...)
+
+			require.Equal(t, 1, code, stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, "DATABASE_URL")
+			require.Contains(t, stderr, path)
+			_, err := os.Stat(dir)
+			require.ErrorIs(t, err, os.ErrNotExist, "neither the file nor its folder is created")
+		})
+	}
 }

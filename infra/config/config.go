@@ -347,7 +347,7 @@ func (r *reader) databaseURL(def string) (v string, defaulted bool) {
 	}
 	if strings.HasPrefix(v, "sqlite:") {
 		if _, err := sqldb.SQLitePath(v); err != nil {
-			r.fail("DATABASE_URL", "%s", strings.TrimPrefix(err.Error(), "DATABASE_URL: "))
+			r.fail("DATABASE_URL", "%s", err)
 		}
 		return v, false
 	}

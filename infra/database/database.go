@@ -48,6 +48,16 @@ func Open(ctx context.Context, url string, b Bounds) (DB, error) {
 	return postgres.NewDB(pool), nil
 }
 
+// OpenExisting is Open for a command that must not create a database: a
+// missing SQLite file is an error naming its absolute path (a PostgreSQL
+// database is never created anyway).
+func OpenExisting(ctx context.Context, url string, b Bounds) (DB, error) {
+	if sqldb.DialectOf(url) == sqldb.SQLite {
+		return sqlite.OpenExisting(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+	}
+	return Open(ctx, url, b)
+}
+
 // Migrate applies the pending migrations of m in db's dialect, safe for
 // replicas that start together (a PostgreSQL session lock; a file lock on
 // SQLite).

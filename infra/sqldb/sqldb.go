@@ -75,16 +75,16 @@ func DialectOf(url string) Dialect {
 func SQLitePath(url string) (string, error) {
 	path, ok := strings.CutPrefix(url, Scheme)
 	if !ok {
-		return "", fmt.Errorf("DATABASE_URL: not a sqlite: URL")
+		return "", fmt.Errorf("not a sqlite: URL")
 	}
 	path = strings.TrimPrefix(path, "//") // sqlite://PATH reads as sqlite:PATH
 	switch {
 	case path == "":
-		return "", fmt.Errorf("DATABASE_URL: sqlite: needs a file path (sqlite:data/labeling.db, sqlite:/var/lib/outboxpair/labeling.db)")
+		return "", fmt.Errorf("sqlite: needs a file path (sqlite:data/labeling.db, sqlite:/var/lib/outboxpair/labeling.db)")
 	case strings.ContainsAny(path, "?#%"):
-		return "", fmt.Errorf("DATABASE_URL: sqlite:%s: a file path only, without URI syntax (?, #, %%): the pragmas are the service's", path)
+		return "", fmt.Errorf("sqlite:%s: a file path only, without URI syntax (?, #, %%): the pragmas are the service's", path)
 	case path == ":memory:" || strings.HasPrefix(path, "file:"):
-		return "", fmt.Errorf("DATABASE_URL: sqlite:%s: a file path only, not an in-memory database or a file: URI", path)
+		return "", fmt.Errorf("sqlite:%s: a file path only, not an in-memory database or a file: URI", path)
 	}
 	return path, nil
 }

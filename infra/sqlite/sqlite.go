@@ -145,11 +145,11 @@ func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	}
 	created, err := create(path)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: create %s: %w", path, err)
+		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
 	w, err := sql.Open("sqlite", DSN(path, b.LockTimeout, true, false))
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
@@ -159,12 +159,12 @@ func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	// before any reader opens it read-only.
 	if err := w.PingContext(ctx); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("DATABASE_URL: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	r, err := sql.Open("sqlite", DSN(path, b.LockTimeout, false, true))
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("DATABASE_URL: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
@@ -202,6 +202,24 @@ func create(path string) (bool, error) {
 	}
 	defer f.Close()
 	return true, f.Chmod(0o600)
+}
+
+// OpenExisting is Open for a command that must not create a database (the
+// dead-letter listings, requeues and deletes): a missing file is an error
+// naming its absolute path, and nothing is created.
+func OpenExisting(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
+	path, err := sqldb.SQLitePath(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		abs, aerr := filepath.Abs(path)
+		if aerr != nil {
+			abs = path
+		}
+		return nil, fmt.Errorf("no SQLite database at %s (this command does not create one; run migrate or serve first)", abs)
+	}
+	return Open(ctx, dbURL, b)
 }
 
 // Close closes both pools.
