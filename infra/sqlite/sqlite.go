@@ -256,8 +256,12 @@ func (db *DB) InTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) 
 	return tx.Commit()
 }
 
-// Ping succeeds when the file can be read and written: a read on a reader, and
-// the write lock taken and given back on the writer.
+// Ping succeeds when the file can be read and a write made durable: a read on
+// a reader, and on the writer a committed write (PRAGMA user_version, rewritten
+// with its own value: no table, no schema change), which appends one page to the
+// WAL and fsyncs it under synchronous=FULL. BEGIN IMMEDIATE and a rollback
+// would not touch the disk, so a full disk or a read-only file would pass. Its
+// cost: one page frame and one fsync a probe.
 func (db *DB) Ping(ctx context.Context) error {
 	var n int
 	if err := db.Read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
@@ -267,12 +271,19 @@ func (db *DB) Ping(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", db.Path, err)
 	}
-	// A no-op write proves the file and its journal are writable; rolled back.
-	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 0`); err != nil {
+	var v int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 		_ = tx.Rollback()
 		return fmt.Errorf("write %s: %w", db.Path, err)
 	}
-	return tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = `+strconv.FormatInt(v, 10)); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("write %s: %w", db.Path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("write %s: %w", db.Path, err)
+	}
+	return nil
 }
 
 // Unavailable reports whether err means the database could not serve now: busy

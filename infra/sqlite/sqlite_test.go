@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -164,5 +165,26 @@ func TestFileModes(t *testing.T) {
 		require.NoError(t, err)
 		defer db.Close()
 		require.False(t, db.Created)
+	})
+}
+
+func TestPingNeedsADurableWrite(t *testing.T) {
+	t.Parallel()
+	t.Run("ping fails, as unavailable, when the WAL cannot be written (chattr +i: chmod does not stop root)", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "x.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.NoError(t, db.Ping(t.Context()))
+		_, err = os.Stat(path + "-wal")
+		require.NoError(t, err)
+		out, err := exec.Command("chattr", "+i", path+"-wal").CombinedOutput()
+		require.NoError(t, err, "chattr +i (needs root on ext4/xfs): %s", out)
+		t.Cleanup(func() { _ = exec.Command("chattr", "-i", path+"-wal").Run() })
+
+		err = db.Ping(t.Context())
+		require.Error(t, err, "a write that cannot reach the disk is not ready")
+		require.True(t, db.Unavailable(err), "%v", err)
 	})
 }
