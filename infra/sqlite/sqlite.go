@@ -46,6 +46,9 @@ type Bounds struct {
 	LockTimeout time.Duration
 }
 
+// walLimit is the journal_size_limit (bytes): the most a checkpointed WAL keeps.
+const walLimit = 64 << 20
+
 // defaultBusy is the busy timeout when Bounds.LockTimeout is 0.
 const defaultBusy = 5 * time.Second
 
@@ -125,6 +128,9 @@ func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
+	// A WAL grown past this under a long reader is truncated back to it at the
+	// next checkpoint that resets it, instead of keeping its peak size.
+	q.Add("_pragma", "journal_size_limit("+strconv.Itoa(walLimit)+")")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	}

@@ -45,6 +45,9 @@ func TestOpen(t *testing.T) {
 			require.Equal(t, 1, fk, c.name)
 			require.NoError(t, c.q(`PRAGMA busy_timeout`, &busy), c.name)
 			require.Equal(t, 1500, busy, c.name+": DB_LOCK_TIMEOUT")
+			var limit int64
+			require.NoError(t, c.q(`PRAGMA journal_size_limit`, &limit), c.name)
+			require.Equal(t, int64(64<<20), limit, c.name+": the WAL is truncated to 64 MiB at a checkpoint")
 		}
 		require.NoError(t, db.Ping(t.Context()))
 	})
