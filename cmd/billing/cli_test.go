@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -107,4 +109,24 @@ func TestOperatorCommandsNeedNoToken(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run([]string{"migrate"}, lookup, &stdout, &stderr), stderr.String())
 	require.Contains(t, stdout.String(), `"msg":"migration applied"`)
+}
+
+func TestNATSFailedNeverCreatesADatabase(t *testing.T) {
+	t.Parallel()
+	t.Run("nats failed on a missing SQLite file exits 1 naming its absolute path and creates nothing", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "missing")
+		path := filepath.Join(dir, "billing.db")
+		vars := map[string]string{"DATABASE_URL": "sqlite:" + path}
+		var out, errOut bytes.Buffer
+
+		code := run([]string{"nats", "failed"}, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, &out, &errOut)
+
+		require.Equal(t, 1, code, errOut.String())
+		require.Empty(t, out.String())
+		require.Contains(t, errOut.String(), "DATABASE_URL")
+		require.Contains(t, errOut.String(), path)
+		_, err := os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "neither the file nor its folder is created")
+	})
 }

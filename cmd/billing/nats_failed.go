@@ -22,7 +22,7 @@ func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := database.Open(ctx, cfg.DatabaseURL, database.Bounds{})
+	db, err := database.OpenExisting(ctx, cfg.DatabaseURL, database.Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}

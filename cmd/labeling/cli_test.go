@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/config"
@@ -265,5 +270,81 @@ func TestOutboxCommands(t *testing.T) {
 			require.True(t, f.exists(t, f.failed))
 			require.True(t, f.exists(t, f.pending))
 		})
+	})
+}
+
+func TestOperatorCommandsNeverCreateADatabase(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"outbox", "failed"},
+		{"outbox", "requeue", uuid.NewString()},
+		{"outbox", "requeue", "--all-failed"},
+		{"outbox", "delete", uuid.NewString()},
+	} {
+		t.Run(strings.Join(args, " ")+" on a missing SQLite file exits 1 naming its absolute path and creates nothing", func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "missing")
+			path := filepath.Join(dir, "labeling.db")
+
+			code, stdout, stderr := runCLI(map[string]string{"DATABASE_URL": "sqlite:" + path}, args...)
+
+			require.Equal(t, 1, code, stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, "DATABASE_URL")
+			require.Contains(t, stderr, path)
+			_, err := os.Stat(dir)
+			require.ErrorIs(t, err, os.ErrNotExist, "neither the file nor its folder is created")
+		})
+	}
+}
+
+func TestMigrateNamesItsDatabase(t *testing.T) {
+	t.Parallel()
+
+	t.Run("on SQLite it logs the absolute path once and whether it created the file", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "labeling.db")
+		vars := map[string]string{"DATABASE_URL": "sqlite:" + path}
+
+		code, stdout, stderr := runCLI(vars, "migrate")
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, 1, strings.Count(stdout, `"msg":"database opened"`), stdout)
+		require.Contains(t, stdout, `"path":"`+path+`","created":true`)
+		code, stdout, stderr = runCLI(vars, "migrate")
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, `"path":"`+path+`","created":false`)
+	})
+
+	t.Run("on PostgreSQL it logs host, port and database, never the password", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.Empty(t)
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		c := cfg.ConnConfig
+
+		code, stdout, stderr := runCLI(map[string]string{"DATABASE_URL": db.URL}, "migrate")
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, fmt.Sprintf(`"dialect":"postgres","host":%q,"port":%d,"database":%q`, c.Host, c.Port, c.Database))
+	})
+
+	t.Run("a missing PostgreSQL database fails with one line naming DATABASE_URL, host, port and database", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.Empty(t)
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		c := cfg.ConnConfig
+		u, err := url.Parse(db.URL)
+		require.NoError(t, err)
+		u.Path = "/no_such_database_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+		for _, args := range [][]string{{"migrate"}, {"outbox", "failed"}} {
+			code, _, stderr := runCLI(map[string]string{"DATABASE_URL": u.String()}, args...)
+			require.Equal(t, 1, code, stderr)
+			line := strings.TrimSpace(stderr)
+			require.NotContains(t, line, "\n", "one line")
+			require.Contains(t, line, "DATABASE_URL")
+			require.Contains(t, line, fmt.Sprintf("%s:%d", c.Host, c.Port))
+			require.Contains(t, line, strings.TrimPrefix(u.Path, "/"))
+			require.NotContains(t, line, "migrations: adopt")
+		}
 	})
 }

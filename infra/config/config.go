@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Lookup reads one variable; os.LookupEnv fits.
@@ -400,8 +402,8 @@ func (r *reader) databaseURL(def string) (v string, defaulted bool) {
 		return def, true
 	}
 	if strings.HasPrefix(v, "sqlite:") {
-		if path := strings.TrimPrefix(strings.TrimPrefix(v, "sqlite:"), "//"); path == "" {
-			r.fail("DATABASE_URL", "sqlite: needs a file path (sqlite:data/labeling.db, sqlite:/var/lib/outboxpair/labeling.db)")
+		if _, err := sqldb.SQLitePath(v); err != nil {
+			r.fail("DATABASE_URL", "%s", err)
 		}
 		return v, false
 	}

@@ -222,6 +222,25 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, "sqlite:/var/lib/outboxpair/labeling.db", c.DatabaseURL)
 	})
 
+	t.Run("sqlite: with URI syntax or an in-memory target is refused, naming DATABASE_URL", func(t *testing.T) {
+		t.Parallel()
+		for _, v := range []string{
+			"sqlite:data/l.db?_pragma=synchronous(OFF)",
+			"sqlite:data/l.db?_pragma=journal_mode(DELETE)",
+			"sqlite:data/l.db#x",
+			"sqlite:data/l%3Fdb",
+			"sqlite::memory:",
+			"sqlite:file::memory:",
+			"sqlite:file:data/l.db?mode=memory",
+			"sqlite:file:data/l.db",
+		} {
+			_, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": v}), config.DefaultLabelingDatabase)
+			require.Error(t, err, v)
+			require.True(t, strings.HasPrefix(err.Error(), "DATABASE_URL: "), err.Error())
+			require.NotContains(t, err.Error(), "\n")
+		}
+	})
+
 	t.Run("database url errors never echo the password", func(t *testing.T) {
 		t.Parallel()
 		kv := base()

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/fx"
@@ -48,12 +49,71 @@ func Open(ctx context.Context, url string, b Bounds) (DB, error) {
 	return postgres.NewDB(pool), nil
 }
 
+// OpenExisting is Open for a command that must not create a database: a
+// missing SQLite file is an error naming its absolute path (a PostgreSQL
+// database is never created anyway).
+func OpenExisting(ctx context.Context, url string, b Bounds) (DB, error) {
+	if sqldb.DialectOf(url) == sqldb.SQLite {
+		return sqlite.OpenExisting(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+	}
+	db, err := Open(ctx, url, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := reach(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// reach pings a PostgreSQL database, failing with one line that names where
+// it is (host, port, database; never the password).
+func reach(ctx context.Context, db DB) error {
+	d, ok := db.(*postgres.DB)
+	if !ok {
+		return nil
+	}
+	if err := d.Pool.Ping(ctx); err != nil {
+		return fmt.Errorf("cannot reach the PostgreSQL database %s: %w", where(d), err)
+	}
+	return nil
+}
+
+// where is the host, port and database of a PostgreSQL pool.
+func where(d *postgres.DB) string {
+	c := d.Pool.Config().ConnConfig
+	return fmt.Sprintf("%q at %s:%d", c.Database, c.Host, c.Port)
+}
+
+// Describe is the log attributes naming db: the SQLite file's absolute path
+// and whether this process created it, or PostgreSQL's host, port and
+// database (never the password).
+func Describe(db DB) []any {
+	switch d := db.(type) {
+	case *sqlite.DB:
+		abs, err := filepath.Abs(d.Path)
+		if err != nil {
+			abs = d.Path
+		}
+		return []any{"dialect", "sqlite", "path", abs, "created", d.Created}
+	case *postgres.DB:
+		c := d.Pool.Config().ConnConfig
+		return []any{"dialect", "postgres", "host", c.Host, "port", c.Port, "database", c.Database}
+	default:
+		return []any{"dialect", fmt.Sprintf("%T", db)}
+	}
+}
+
 // Migrate applies the pending migrations of m in db's dialect, safe for
 // replicas that start together (a PostgreSQL session lock; a file lock on
 // SQLite).
 func Migrate(ctx context.Context, db DB, m migrations.Set, logger *slog.Logger) error {
 	switch d := db.(type) {
 	case *postgres.DB:
+		if err := reach(ctx, d); err != nil {
+			return fmt.Errorf("DATABASE_URL: %w", err)
+		}
 		return postgres.Migrate(ctx, d.Pool, m, logger)
 	case *sqlite.DB:
 		return sqlite.Migrate(ctx, d, m.SQLite, m.Table, logger)
@@ -64,12 +124,20 @@ func Migrate(ctx context.Context, db DB, m migrations.Set, logger *slog.Logger) 
 
 // MigrateURL opens url without bounds (a migration may rightly take longer than
 // any request), migrates it and closes it.
+// It logs the database it opened (Describe).
 func MigrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.Logger) error {
+	return migrateURL(ctx, url, m, logger, true)
+}
+
+func migrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.Logger, logOpen bool) error {
 	db, err := Open(ctx, url, Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer db.Close()
+	if logOpen && logger != nil {
+		logger.Info("database opened", Describe(db)...)
+	}
 	return Migrate(ctx, db, m, logger)
 }
 
@@ -90,8 +158,10 @@ var Module = fx.Module("database",
 		if err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
+		// Once, here: this Open is the one that creates a missing SQLite file.
+		logger.Info("database opened", Describe(db)...)
 		lc.Append(fx.Hook{
-			OnStart: func(ctx context.Context) error { return MigrateURL(ctx, cfg.URL, cfg.Migrations, logger) },
+			OnStart: func(ctx context.Context) error { return migrateURL(ctx, cfg.URL, cfg.Migrations, logger, false) },
 			OnStop:  func(ctx context.Context) error { closeWithin(ctx, db, logger); return nil },
 		})
 		return db, nil

@@ -67,15 +67,24 @@ func DialectOf(url string) Dialect {
 	return Postgres
 }
 
-// SQLitePath is the file a sqlite:PATH URL names; it fails on an empty path.
+// SQLitePath is the one file a sqlite:PATH URL names. It fails on an empty
+// path, on URI syntax (?, #, %: SQLite would read them as a query, a fragment
+// or an escape, and a query could override the pragmas Open sets) and on an
+// in-memory target (:memory:, file:...): each service's facts must outlive the
+// process. The error names the variable and the path, in one line.
 func SQLitePath(url string) (string, error) {
 	path, ok := strings.CutPrefix(url, Scheme)
 	if !ok {
 		return "", fmt.Errorf("not a sqlite: URL")
 	}
 	path = strings.TrimPrefix(path, "//") // sqlite://PATH reads as sqlite:PATH
-	if path == "" {
-		return "", fmt.Errorf("sqlite: URL has no path (want sqlite:data/labeling.db or sqlite:/abs/path.db)")
+	switch {
+	case path == "":
+		return "", fmt.Errorf("sqlite: needs a file path (sqlite:data/labeling.db, sqlite:/var/lib/outboxpair/labeling.db)")
+	case strings.ContainsAny(path, "?#%"):
+		return "", fmt.Errorf("sqlite:%s: a file path only, without URI syntax (?, #, %%): the pragmas are the service's", path)
+	case path == ":memory:" || strings.HasPrefix(path, "file:"):
+		return "", fmt.Errorf("sqlite:%s: a file path only, not an in-memory database or a file: URI", path)
 	}
 	return path, nil
 }

@@ -18,6 +18,10 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := f.Chmod(0o600); err != nil { // the umask's 0600 is not enough: exactly 0600
+		f.Close()
+		return nil, err
+	}
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {

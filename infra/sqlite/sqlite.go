@@ -46,16 +46,21 @@ type Bounds struct {
 	LockTimeout time.Duration
 }
 
+// walLimit is the journal_size_limit (bytes): the most a checkpointed WAL keeps.
+const walLimit = 64 << 20
+
 // defaultBusy is the busy timeout when Bounds.LockTimeout is 0.
 const defaultBusy = 5 * time.Second
 
 // DB is a SQLite database opened for one process: one writer connection and a
 // few readers.
 type DB struct {
-	Path   string
-	Write  *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
-	Read   *sql.DB // read-only connections
-	bounds Bounds
+	Path string
+	// Created is true when Open created the file (for the start-up's log line).
+	Created bool
+	Write   *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
+	Read    *sql.DB // read-only connections
+	bounds  Bounds
 }
 
 var _ sqldb.DB = (*DB)(nil)
@@ -123,6 +128,9 @@ func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
+	// A WAL grown past this under a long reader is truncated back to it at the
+	// next checkpoint that resets it, instead of keeping its peak size.
+	q.Add("_pragma", "journal_size_limit("+strconv.Itoa(walLimit)+")")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	}
@@ -133,16 +141,17 @@ func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
 }
 
 // Open opens (and creates, with its folder, when missing) the SQLite file of a
-// sqlite:PATH URL. It does not touch the schema: Migrate does.
+// sqlite:PATH URL. It does not touch the schema: Migrate does. A folder it
+// creates is 0700 and the file 0600, whatever the umask: SQLite gives the -wal
+// and -shm files the database file's mode, and the migrate lock is 0600 too.
 func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	path, err := sqldb.SQLitePath(dbURL)
 	if err != nil {
 		return nil, err
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create the folder of %s: %w", path, err)
-		}
+	created, err := create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
 	w, err := sql.Open("sqlite", DSN(path, b.LockTimeout, true, false))
 	if err != nil {
@@ -165,7 +174,58 @@ func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	return &DB{Path: path, Write: w, Read: r, bounds: b}, nil
+	return &DB{Path: path, Created: created, Write: w, Read: r, bounds: b}, nil
+}
+
+// create makes path's missing folders (0700) and the file itself (0600),
+// reporting whether the file was created. The modes are set after the create,
+// so the umask cannot widen or narrow them.
+func create(path string) (bool, error) {
+	var missing []string
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(dir); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		missing = append(missing, dir)
+		if dir == filepath.Dir(dir) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return false, err
+		}
+		if err := os.Chmod(missing[i], 0o700); err != nil {
+			return false, err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return true, f.Chmod(0o600)
+}
+
+// OpenExisting is Open for a command that must not create a database (the
+// dead-letter listings, requeues and deletes): a missing file is an error
+// naming its absolute path, and nothing is created.
+func OpenExisting(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
+	path, err := sqldb.SQLitePath(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		abs, aerr := filepath.Abs(path)
+		if aerr != nil {
+			abs = path
+		}
+		return nil, fmt.Errorf("no SQLite database at %s (this command does not create one; run migrate or serve first)", abs)
+	}
+	return Open(ctx, dbURL, b)
 }
 
 // Close closes both pools.
@@ -202,8 +262,12 @@ func (db *DB) InTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) 
 	return tx.Commit()
 }
 
-// Ping succeeds when the file can be read and written: a read on a reader, and
-// the write lock taken and given back on the writer.
+// Ping succeeds when the file can be read and a write made durable: a read on
+// a reader, and on the writer a committed write (PRAGMA user_version, rewritten
+// with its own value: no table, no schema change), which appends one page to the
+// WAL and fsyncs it under synchronous=FULL. BEGIN IMMEDIATE and a rollback
+// would not touch the disk, so a full disk or a read-only file would pass. Its
+// cost: one page frame and one fsync a probe.
 func (db *DB) Ping(ctx context.Context) error {
 	var n int
 	if err := db.Read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
@@ -213,12 +277,19 @@ func (db *DB) Ping(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", db.Path, err)
 	}
-	// A no-op write proves the file and its journal are writable; rolled back.
-	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 0`); err != nil {
+	var v int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 		_ = tx.Rollback()
 		return fmt.Errorf("write %s: %w", db.Path, err)
 	}
-	return tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = `+strconv.FormatInt(v, 10)); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("write %s: %w", db.Path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("write %s: %w", db.Path, err)
+	}
+	return nil
 }
 
 // Unavailable reports whether err means the database could not serve now: busy

@@ -3,8 +3,10 @@ package sqlite_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +45,9 @@ func TestOpen(t *testing.T) {
 			require.Equal(t, 1, fk, c.name)
 			require.NoError(t, c.q(`PRAGMA busy_timeout`, &busy), c.name)
 			require.Equal(t, 1500, busy, c.name+": DB_LOCK_TIMEOUT")
+			var limit int64
+			require.NoError(t, c.q(`PRAGMA journal_size_limit`, &limit), c.name)
+			require.Equal(t, int64(64<<20), limit, c.name+": the WAL is truncated to 64 MiB at a checkpoint")
 		}
 		require.NoError(t, db.Ping(t.Context()))
 	})
@@ -121,4 +126,68 @@ func TestMigrateReplicas(t *testing.T) {
 		`SELECT count(*), count(DISTINCT version_id) FROM labeling_goose_db_version WHERE version_id > 0`).Scan(&applied, &distinct))
 	require.Equal(t, 5, applied, "each migration recorded once")
 	require.Equal(t, 5, distinct)
+}
+
+// TestFileModes is not parallel: the umask is the process's, and it is set to
+// 0 here so that only Open's own modes can make the files private.
+func TestFileModes(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+
+	t.Run("a created folder is 0700 and the database, -wal, -shm and migrate lock files 0600 under umask 0", func(t *testing.T) {
+		root := t.TempDir()
+		path := filepath.Join(root, "a", "b", "labeling.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.True(t, db.Created)
+		require.NoError(t, sqlite.Migrate(t.Context(), db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil))
+		_, err = db.Write.ExecContext(t.Context(), `CREATE TABLE t (x INTEGER)`) // a write, so the -wal and -shm exist
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, db.Read.QueryRowContext(t.Context(), `SELECT count(*) FROM t`).Scan(&n))
+		for _, dir := range []string{filepath.Join(root, "a"), filepath.Join(root, "a", "b")} {
+			fi, err := os.Stat(dir)
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), dir)
+		}
+		for _, f := range []string{path, path + "-wal", path + "-shm", path + "-migrate.lock"} {
+			fi, err := os.Stat(f)
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+		}
+	})
+
+	t.Run("an existing file is opened as it is, not created", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "x.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		require.True(t, db.Created)
+		require.NoError(t, db.Close())
+		db, err = sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.False(t, db.Created)
+	})
+}
+
+func TestPingNeedsADurableWrite(t *testing.T) {
+	t.Parallel()
+	t.Run("ping fails, as unavailable, when the WAL cannot be written (chattr +i: chmod does not stop root)", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "x.db")
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		require.NoError(t, err)
+		defer db.Close()
+		require.NoError(t, db.Ping(t.Context()))
+		_, err = os.Stat(path + "-wal")
+		require.NoError(t, err)
+		out, err := exec.Command("chattr", "+i", path+"-wal").CombinedOutput()
+		require.NoError(t, err, "chattr +i (needs root on ext4/xfs): %s", out)
+		t.Cleanup(func() { _ = exec.Command("chattr", "-i", path+"-wal").Run() })
+
+		err = db.Ping(t.Context())
+		require.Error(t, err, "a write that cannot reach the disk is not ready")
+		require.True(t, db.Unavailable(err), "%v", err)
+	})
 }
