@@ -24,7 +24,8 @@ const relayMaxConns = 3
 //     settle leaves its row claimed until the lease ends, a lost release the
 //     same; each only makes the row be delivered again, and every consumer
 //     deduplicates by the row id (billing's receipts). No fact is lost and
-//     none is applied twice.
+//     none is applied twice. Stop's last settles and releases commit
+//     synchronously all the same (see durable), so an exit 0 is not undone.
 //   - plan_cache_mode = force_generic_plan: the claim and the settle are
 //     planned once per connection (their generic plans stay on the pending
 //     index and the primary key whatever the statistics, see claimSQL and

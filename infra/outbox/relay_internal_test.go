@@ -88,3 +88,35 @@ func TestJobFitsInAMapSlot(t *testing.T) {
 	t.Parallel()
 	require.LessOrEqual(t, unsafe.Sizeof(job{}), uintptr(128))
 }
+
+func TestStopReleaseCommitsSynchronously(t *testing.T) {
+	t.Parallel()
+	// The relay's connections commit with synchronous_commit off; Stop's
+	// release must not, or a database crash just after the exit loses it and
+	// the rows wait out their lease. A trigger records the setting each
+	// UPDATE of the outbox ran under, on the database's side.
+	r, db, _ := claimRows(t, 2)
+	ctx := t.Context()
+	_, err := db.Pool.Exec(ctx, `
+CREATE TABLE seen_sync (setting text NOT NULL);
+CREATE FUNCTION record_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO seen_sync VALUES (current_setting('synchronous_commit'));
+	RETURN NEW;
+END $$;
+CREATE TRIGGER record_sync AFTER UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION record_sync();`)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
+
+	var settings []string
+	rows, err := db.Pool.Query(ctx, `SELECT setting FROM seen_sync`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		settings = append(settings, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"on", "on"}, settings, "both releases committed synchronously")
+}

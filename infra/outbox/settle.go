@@ -345,6 +345,10 @@ func (s *settler) close(ctx context.Context, started bool) error {
 	s.r.mu.Unlock()
 	s.add(releases...)
 
+	// From here on every settle and release commits durably before Stop
+	// returns (and the process exits 0), though the relay's connections run
+	// with synchronous_commit off: see durable.
+	ctx = durable(ctx)
 	settleCtx, cancel := context.WithTimeout(ctx, halfOf(ctx, settleTimeout))
 	err := s.flushAll(settleCtx)
 	cancel()
@@ -366,6 +370,28 @@ func (s *settler) close(ctx context.Context, started bool) error {
 		return fmt.Errorf("outbox: stop: %w; the rows not settled or released are reclaimed when their lease ends", err)
 	}
 	return nil
+}
+
+type durableKey struct{}
+
+// durable marks ctx so that a settle run on it waits for its commit to be on
+// disk (PostgreSQL: synchronous_commit on for that transaction; SQLite commits
+// with synchronous=FULL always). Stop's last flushes run on it: the relay's
+// connections commit asynchronously for speed, and a database crash just after
+// an exit 0 would otherwise lose the release of the claims, leaving those rows
+// leased until their lease ends. One synchronous commit also makes durable
+// every asynchronous commit before it on any connection: PostgreSQL's commit
+// waits for the WAL to be flushed up to its own commit record, and WAL is one
+// sequence, so everything written before it (the earlier settles' commit
+// records included) is flushed with it.
+func durable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, durableKey{}, true)
+}
+
+// isDurable reports whether ctx was marked by durable.
+func isDurable(ctx context.Context) bool {
+	v, _ := ctx.Value(durableKey{}).(bool)
+	return v
 }
 
 // halfOf is half the time left before ctx's deadline, or def without one.

@@ -171,12 +171,36 @@ func (s *pgRelayStore) Settle(ctx context.Context, batch []Settlement) (map[uuid
 	for i, o := range batch {
 		ids[i], tokens[i], kinds[i], ats[i], errs[i] = o.ID, o.Token, o.Kind, o.At, o.Err
 	}
-	rows, err := s.pool.Query(ctx, settleSQL, ids, tokens, kinds, ats, errs)
+	if !isDurable(ctx) {
+		return settleOn(ctx, s.pool, ids, tokens, kinds, ats, errs)
+	}
+	// Stop's flushes: this transaction's commit waits for its WAL flush (see
+	// durable), the connection's synchronous_commit=off notwithstanding.
+	var settled map[uuid.UUID]struct{}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
+		var err error
+		settled, err = settleOn(ctx, tx, ids, tokens, kinds, ats, errs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return settled, nil
+}
+
+// settleOn runs settleSQL on q and collects the ids it settled.
+func settleOn(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, ids, tokens []uuid.UUID, kinds []string, ats []int64, errs []*string) (map[uuid.UUID]struct{}, error) {
+	rows, err := q.Query(ctx, settleSQL, ids, tokens, kinds, ats, errs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	settled := make(map[uuid.UUID]struct{}, len(batch))
+	settled := make(map[uuid.UUID]struct{}, len(ids))
 	for rows.Next() {
 		var id uuid.UUID
 		if err := rows.Scan(&id); err != nil {
