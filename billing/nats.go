@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,7 +118,8 @@ func (s *Service) deadLetter(ctx context.Context, m stream.Message, reason strin
 	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		return s.store.InsertNATSFailed(ctx, tx, NATSFailed{
 			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
-			Reason: clip(reason, 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
+			Signature: &m.Signature,
+			Reason:    clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
 		})
 	})
 	if err != nil {
@@ -136,14 +138,22 @@ func storedAt(m stream.Message) int64 {
 
 // NATSFailed is one terminated message of billing_nats_failed.
 type NATSFailed struct {
+	// ID names the record (billing nats replay ID), in the order recorded.
+	ID        int64
 	StreamSeq uint64
 	// StoredAt is when the stream stored the message (epoch ns): with StreamSeq
 	// it names one message even across a recreated stream, whose sequences
 	// restart at 1.
-	StoredAt   int64
-	Subject    string
-	MsgID      string
-	Payload    []byte
+	StoredAt int64
+	// Subject and MsgID hold the bytes as received, UTF-8 or not (bytea/BLOB
+	// since migration 00004): a Go string carries any bytes.
+	Subject string
+	MsgID   string
+	Payload []byte
+	// Signature is the Events-Signature header as received ("" when absent),
+	// so the record can be verified again; nil for a record written before
+	// migration 00004, which stored none.
+	Signature  *string
 	Reason     string
 	Deliveries uint64
 	FailedAt   int64 // epoch ms
@@ -152,4 +162,22 @@ type NATSFailed struct {
 // ListNATSFailed returns every terminated message of db, in the order recorded.
 func ListNATSFailed(ctx context.Context, db sqldb.DB) ([]NATSFailed, error) {
 	return NewStore(db).ListNATSFailed(ctx)
+}
+
+// sigBytes is the signature column's value: NULL for none, bytes (possibly
+// empty: an unsigned message) otherwise.
+func sigBytes(s *string) any {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
+}
+
+// sigString reads the signature column back: nil for NULL.
+func sigString(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }

@@ -31,6 +31,10 @@ type Store interface {
 	InsertNATSFailed(ctx context.Context, tx sqldb.Tx, f NATSFailed) error
 	// ListNATSFailed returns every terminated message, in the order recorded.
 	ListNATSFailed(ctx context.Context) ([]NATSFailed, error)
+	// DeleteNATSFailed deletes the record id, if it is still there.
+	DeleteNATSFailed(ctx context.Context, tx sqldb.Tx, id int64) error
+	// SetNATSFailedReason replaces the reason of the record id, if it is still there.
+	SetNATSFailedReason(ctx context.Context, tx sqldb.Tx, id int64, reason string) error
 }
 
 // NewStore returns the billing store of db's dialect.
