@@ -229,6 +229,33 @@ func LoadCommand(lookup Lookup, def string) (Command, error) {
 	return c, r.err
 }
 
+// Replay is what `billing nats replay` reads: the operator command's
+// settings, and the keys and late-delivery bound of billing's intake, so a
+// record is checked exactly as a delivery is.
+type Replay struct {
+	Command
+	EventsToken         string
+	EventsTokenPrevious string
+	ReceiptsRetention   time.Duration
+}
+
+// LoadReplay reads DATABASE_URL, the DB_* bounds, EVENTS_TOKEN (required),
+// EVENTS_TOKEN_PREVIOUS and RECEIPTS_RETENTION, with serve's rules for each.
+func LoadReplay(lookup Lookup) (Replay, error) {
+	r := reader{lookup: lookup}
+	c := Replay{
+		Command:             Command{Bounds: r.dbBounds()},
+		EventsToken:         r.token("EVENTS_TOKEN"),
+		EventsTokenPrevious: r.optionalToken("EVENTS_TOKEN_PREVIOUS"),
+		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+	}
+	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
+	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
+		r.fail("EVENTS_TOKEN_PREVIOUS", "equals EVENTS_TOKEN: a rotation needs a new token (or unset the previous one)")
+	}
+	return c, r.err
+}
+
 // LoopbackHost is the host serve listens on when HTTP_ADDR is unset and
 // AUTH_DISABLED=true (contract section 1): an open /v1 is reachable from this
 // machine only unless HTTP_ADDR says otherwise.
