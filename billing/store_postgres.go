@@ -163,3 +163,31 @@ func (pgStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int64, 
 	}
 	return nil
 }
+
+// NATSFailedSize counts the records and their payload bytes.
+func (s pgStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("nats failed size: %w", err)
+	}
+	return rows, bytes, nil
+}
+
+// OldestNATSFailed returns up to limit records after the id after, oldest first.
+func (s pgStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+		FROM billing_nats_failed WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("oldest nats failed: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
+		var f NATSFailed
+		var seq, deliveries int64
+		var subject, msgID, sig []byte
+		err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
+		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
+		return f, err
+	})
+}

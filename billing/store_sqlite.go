@@ -182,3 +182,45 @@ func (sqliteStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int
 	}
 	return nil
 }
+
+// NATSFailedSize counts the records and their payload bytes.
+func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	err = s.db.Read.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("nats failed size: %w", err)
+	}
+	return rows, bytes, nil
+}
+
+// OldestNATSFailed returns up to limit records after the id after, oldest first.
+func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	rows, err := s.db.Read.QueryContext(ctx, `
+		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+		FROM billing_nats_failed WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("oldest nats failed: %w", err)
+	}
+	defer rows.Close()
+	var out []NATSFailed
+	for rows.Next() {
+		var f NATSFailed
+		var seq, deliveries int64
+		var subject, msgID []byte
+		var sig sql.Null[[]byte]
+		if err := rows.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig); err != nil {
+			return nil, fmt.Errorf("oldest nats failed: %w", err)
+		}
+		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		f.Subject, f.MsgID = string(subject), string(msgID)
+		if sig.Valid {
+			v := string(sig.V)
+			f.Signature = &v
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

@@ -79,6 +79,11 @@ type Billing struct {
 	// keeps failing is recorded and terminated at delivery NATSMaxDeliveries.
 	NATSCreds         string
 	NATSMaxDeliveries int
+	// NATSFailedMaxRows and NATSFailedMaxBytes (NATS_FAILED_MAX_ROWS,
+	// NATS_FAILED_MAX_BYTES) bound billing_nats_failed: past either, records
+	// whose signature fails under the current keys are dropped, oldest first.
+	NATSFailedMaxRows  int
+	NATSFailedMaxBytes int
 
 	// ApplyGroupMax (BILLING_APPLY_GROUP_MAX) bounds the deliveries billing
 	// applies in one transaction; 1 is one transaction per event.
@@ -309,6 +314,8 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		ApplyGroupMax:       r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
 		NATSCreds:           r.file("NATS_CREDS"),
 		NATSMaxDeliveries:   r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
+		NATSFailedMaxRows:   r.positiveInt("NATS_FAILED_MAX_ROWS", DefaultNATSFailedMaxRows, MaxNATSFailedMaxRows),
+		NATSFailedMaxBytes:  r.positiveInt("NATS_FAILED_MAX_BYTES", DefaultNATSFailedMaxBytes, MaxNATSFailedMaxBytes),
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
 	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
@@ -453,6 +460,12 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 const (
 	DefaultNATSMaxDeliveries = 1000
 	MaxNATSMaxDeliveries     = 1_000_000
+	// DefaultNATSFailedMaxRows and DefaultNATSFailedMaxBytes bound
+	// billing_nats_failed by default: 100000 records, 1 GiB of payloads.
+	DefaultNATSFailedMaxRows  = 100_000
+	MaxNATSFailedMaxRows      = 100_000_000
+	DefaultNATSFailedMaxBytes = 1 << 30
+	MaxNATSFailedMaxBytes     = 1 << 40
 )
 
 // file reads the path of a file that must be readable now, or empty.
