@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +34,12 @@ type NATSConfig struct {
 	// A failure to write the record (the database is down) still naks it. Zero
 	// retries for ever.
 	MaxDeliveries uint64
+	// MaxFailedRows and MaxFailedBytes (NATS_FAILED_MAX_ROWS,
+	// NATS_FAILED_MAX_BYTES) bound billing_nats_failed (records, payload
+	// bytes): after each record written past either, the oldest records whose
+	// signature fails under Key and PreviousKey are dropped until within both;
+	// a record that verifies is never dropped. Zero: no bound.
+	MaxFailedRows, MaxFailedBytes int64
 }
 
 var signatureRejects = prometheus.NewCounter(prometheus.CounterOpts{
@@ -39,7 +47,12 @@ var signatureRejects = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Stream messages terminated unapplied because their Events-Signature was missing or wrong: someone other than labeling published on labeling.events.>, or a message was altered.",
 })
 
-func init() { prometheus.MustRegister(signatureRejects) }
+var failedDropped = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "billing_nats_failed_dropped_total",
+	Help: "Records of billing_nats_failed dropped past NATS_FAILED_MAX_ROWS/NATS_FAILED_MAX_BYTES: messages whose signature failed under the current keys, oldest first.",
+})
+
+func init() { prometheus.MustRegister(signatureRejects, failedDropped) }
 
 // NATSHandler returns billing's handler of the stream's messages. It applies a
 // message only if its Events-Signature verifies (stream.VerifyAny with cfg.Key
@@ -61,16 +74,24 @@ func (s *Service) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
 	if len(cfg.PreviousKey) > 0 {
 		keys = append(keys, cfg.PreviousKey)
 	}
+	b := &bound{rows: cfg.MaxFailedRows, bytes: cfg.MaxFailedBytes, keys: keys}
 	return func(ctx context.Context, m stream.Message) error {
-		if err := stream.VerifyAny(keys, m.Subject, m.MsgID, m.Data, m.Signature); err != nil {
+		var err error
+		if verr := stream.VerifyAny(keys, m.Subject, m.MsgID, m.Data, m.Signature); verr != nil {
 			signatureRejects.Inc()
-			return s.deadLetter(ctx, m, err.Error())
+			err = s.deadLetter(ctx, m, verr.Error())
+		} else {
+			err = s.handleNATS(ctx, m)
+			if err != nil && !stream.IsTerminal(err) && cfg.MaxDeliveries != 0 && m.Delivered >= cfg.MaxDeliveries {
+				err = s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err))
+			}
 		}
-		err := s.handleNATS(ctx, m)
-		if err == nil || stream.IsTerminal(err) || cfg.MaxDeliveries == 0 || m.Delivered < cfg.MaxDeliveries {
-			return err
+		if stream.IsTerminal(err) {
+			// Recorded: keep the table within its bound. A failure here is
+			// logged, never the message's: its record is written.
+			s.prune(ctx, b)
 		}
-		return s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err))
+		return err
 	}, nil
 }
 
@@ -117,7 +138,8 @@ func (s *Service) deadLetter(ctx context.Context, m stream.Message, reason strin
 	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
 		return s.store.InsertNATSFailed(ctx, tx, NATSFailed{
 			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
-			Reason: clip(reason, 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
+			Signature: &m.Signature,
+			Reason:    clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
 		})
 	})
 	if err != nil {
@@ -136,14 +158,22 @@ func storedAt(m stream.Message) int64 {
 
 // NATSFailed is one terminated message of billing_nats_failed.
 type NATSFailed struct {
+	// ID names the record (billing nats replay ID), in the order recorded.
+	ID        int64
 	StreamSeq uint64
 	// StoredAt is when the stream stored the message (epoch ns): with StreamSeq
 	// it names one message even across a recreated stream, whose sequences
 	// restart at 1.
-	StoredAt   int64
-	Subject    string
-	MsgID      string
-	Payload    []byte
+	StoredAt int64
+	// Subject and MsgID hold the bytes as received, UTF-8 or not (bytea/BLOB
+	// since migration 00004): a Go string carries any bytes.
+	Subject string
+	MsgID   string
+	Payload []byte
+	// Signature is the Events-Signature header as received ("" when absent),
+	// so the record can be verified again; nil for a record written before
+	// migration 00004, which stored none.
+	Signature  *string
 	Reason     string
 	Deliveries uint64
 	FailedAt   int64 // epoch ms
@@ -152,4 +182,82 @@ type NATSFailed struct {
 // ListNATSFailed returns every terminated message of db, in the order recorded.
 func ListNATSFailed(ctx context.Context, db sqldb.DB) ([]NATSFailed, error) {
 	return NewStore(db).ListNATSFailed(ctx)
+}
+
+// sigBytes is the signature column's value: NULL for none, bytes (possibly
+// empty: an unsigned message) otherwise.
+func sigBytes(s *string) any {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
+}
+
+// sigString reads the signature column back: nil for NULL.
+func sigString(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// bound is a handler's bound on billing_nats_failed, and its pruning state.
+type bound struct {
+	rows, bytes int64
+	keys        [][]byte
+
+	mu         sync.Mutex // one prune at a time per handler
+	dropped    int64      // since the last log line
+	lastLogged time.Time
+}
+
+// prune drops, oldest first, records whose signature fails under b.keys until
+// the table is within b (or only verified records are left).
+func (s *Service) prune(ctx context.Context, b *bound) {
+	if b.rows <= 0 && b.bytes <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rows, bytes, err := s.store.NATSFailedSize(ctx)
+	if err != nil {
+		s.logger.Warn("billing_nats_failed bound not checked", "error", err)
+		return
+	}
+	over := func() bool { return (b.rows > 0 && rows > b.rows) || (b.bytes > 0 && bytes > b.bytes) }
+	var after int64
+	for over() {
+		batch, err := s.store.OldestNATSFailed(ctx, after, 100)
+		if err != nil {
+			s.logger.Warn("billing_nats_failed bound not kept", "error", err)
+			break
+		}
+		if len(batch) == 0 {
+			break // only records that verify are left: never dropped
+		}
+		for _, f := range batch {
+			after = f.ID
+			if !over() {
+				break
+			}
+			if f.Signature != nil && stream.VerifyAny(b.keys, f.Subject, f.MsgID, f.Payload, *f.Signature) == nil {
+				continue
+			}
+			if err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+				return s.store.DeleteNATSFailed(ctx, tx, f.ID)
+			}); err != nil {
+				s.logger.Warn("billing_nats_failed bound not kept", "error", err)
+				return
+			}
+			rows, bytes = rows-1, bytes-int64(len(f.Payload))
+			failedDropped.Inc()
+			b.dropped++
+		}
+	}
+	if b.dropped > 0 && time.Since(b.lastLogged) >= time.Minute {
+		s.logger.Warn("billing_nats_failed past its bound: dropped records whose signature failed, oldest first",
+			"dropped", b.dropped, "max_rows", b.rows, "max_bytes", b.bytes)
+		b.dropped, b.lastLogged = 0, time.Now()
+	}
 }

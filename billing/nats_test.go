@@ -173,6 +173,47 @@ func TestHandleNATS(t *testing.T) {
 			require.Contains(t, rows[0].Reason, "signature")
 		})
 
+		t.Run("records and terminates a message whose subject and msg id are not UTF-8, byte for byte with its signature", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			handle := b.handler(t, 0)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			m := natsMsg(3, "\xff\xfe-"+ev.ID, ev.body())
+			m.Subject = "labeling.events.\xc3\x28"
+			m.Signature = stream.Sign([]byte(token), m.Subject, m.MsgID, m.Data)
+			err := handle(context.Background(), m)
+			require.True(t, terminated(err), "got %v", err)
+			require.Nil(t, b.activeRules(t, org), "not applied")
+			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			require.Len(t, rows, 1)
+			require.Equal(t, m.Subject, rows[0].Subject)
+			require.Equal(t, m.MsgID, rows[0].MsgID)
+			require.NotNil(t, rows[0].Signature)
+			require.Equal(t, m.Signature, *rows[0].Signature)
+			require.NoError(t, stream.Verify([]byte(token), rows[0].Subject, rows[0].MsgID, rows[0].Payload, *rows[0].Signature),
+				"the record verifies again")
+			require.True(t, terminated(handle(context.Background(), m)), "a redelivery is terminated again")
+			rows, err = billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			require.Len(t, rows, 1, "and recorded once")
+		})
+
+		t.Run("records an unsigned message with an empty signature, not none", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			ev := newEvent(billing.RuleActivated, uuid.New())
+			m := natsMsg(4, ev.ID, ev.body())
+			m.Signature = ""
+			require.True(t, terminated(b.handler(t, 0)(context.Background(), m)))
+			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			require.Len(t, rows, 1)
+			require.NotNil(t, rows[0].Signature, "a record since 00004 always says what signature came")
+			require.Empty(t, *rows[0].Signature)
+		})
+
 		t.Run("needs a key", func(t *testing.T) {
 			t.Parallel()
 			_, err := setupOn(t, d).svc.NATSHandler(billing.NATSConfig{})

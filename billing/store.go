@@ -31,6 +31,14 @@ type Store interface {
 	InsertNATSFailed(ctx context.Context, tx sqldb.Tx, f NATSFailed) error
 	// ListNATSFailed returns every terminated message, in the order recorded.
 	ListNATSFailed(ctx context.Context) ([]NATSFailed, error)
+	// NATSFailedSize is how many records there are and their payloads' bytes.
+	NATSFailedSize(ctx context.Context) (rows, bytes int64, err error)
+	// OldestNATSFailed returns up to limit records with an id above after, oldest first.
+	OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error)
+	// DeleteNATSFailed deletes the record id, if it is still there.
+	DeleteNATSFailed(ctx context.Context, tx sqldb.Tx, id int64) error
+	// SetNATSFailedReason replaces the reason of the record id, if it is still there.
+	SetNATSFailedReason(ctx context.Context, tx sqldb.Tx, id int64, reason string) error
 }
 
 // NewStore returns the billing store of db's dialect.

@@ -119,10 +119,10 @@ func (s pgStore) DeleteReceipts(ctx context.Context, before int64, limit int) (i
 // recreated stream (stored at another time) is recorded beside it.
 func (pgStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFailed) error {
 	_, err := postgres.Unwrap(stx).Exec(ctx, `
-		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
-		int64(f.StreamSeq), f.StoredAt, f.Subject, f.MsgID, f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt)
+		int64(f.StreamSeq), f.StoredAt, []byte(f.Subject), []byte(f.MsgID), f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt, sigBytes(f.Signature))
 	if err != nil {
 		return fmt.Errorf("insert nats failed: %w", err)
 	}
@@ -132,7 +132,7 @@ func (pgStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFailed)
 // ListNATSFailed returns every terminated message, in the order recorded.
 func (s pgStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at
+		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
 		FROM billing_nats_failed ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
@@ -140,8 +140,54 @@ func (s pgStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
 		var f NATSFailed
 		var seq, deliveries int64
-		err := r.Scan(&seq, &f.StoredAt, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt)
+		var subject, msgID, sig []byte
+		err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
 		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
+		return f, err
+	})
+}
+
+// DeleteNATSFailed deletes the record id; one already gone is no error.
+func (pgStore) DeleteNATSFailed(ctx context.Context, stx sqldb.Tx, id int64) error {
+	if _, err := postgres.Unwrap(stx).Exec(ctx, `DELETE FROM billing_nats_failed WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("delete nats failed: %w", err)
+	}
+	return nil
+}
+
+// SetNATSFailedReason replaces the reason of the record id; one gone is no error.
+func (pgStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int64, reason string) error {
+	if _, err := postgres.Unwrap(stx).Exec(ctx, `UPDATE billing_nats_failed SET reason = $1 WHERE id = $2`, reason, id); err != nil {
+		return fmt.Errorf("set nats failed reason: %w", err)
+	}
+	return nil
+}
+
+// NATSFailedSize counts the records and their payload bytes.
+func (s pgStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("nats failed size: %w", err)
+	}
+	return rows, bytes, nil
+}
+
+// OldestNATSFailed returns up to limit records after the id after, oldest first.
+func (s pgStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+		FROM billing_nats_failed WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("oldest nats failed: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
+		var f NATSFailed
+		var seq, deliveries int64
+		var subject, msgID, sig []byte
+		err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
+		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
 		return f, err
 	})
 }

@@ -126,10 +126,10 @@ func (sqliteStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFai
 		payload = []byte{} // NOT NULL: an empty body is an empty BLOB
 	}
 	_, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `
-		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
-		int64(f.StreamSeq), f.StoredAt, f.Subject, f.MsgID, payload, f.Reason, int64(f.Deliveries), f.FailedAt)
+		int64(f.StreamSeq), f.StoredAt, []byte(f.Subject), []byte(f.MsgID), payload, f.Reason, int64(f.Deliveries), f.FailedAt, sigBytes(f.Signature))
 	if err != nil {
 		return fmt.Errorf("insert nats failed: %w", err)
 	}
@@ -141,7 +141,7 @@ func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	ctx, cancel := s.db.Bound(ctx)
 	defer cancel()
 	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at
+		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
 		FROM billing_nats_failed ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
@@ -151,10 +151,75 @@ func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	for rows.Next() {
 		var f NATSFailed
 		var seq, deliveries int64
-		if err := rows.Scan(&seq, &f.StoredAt, &f.Subject, &f.MsgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt); err != nil {
+		var subject, msgID []byte
+		var sig sql.Null[[]byte] // an empty BLOB reads as nil: Valid tells it from NULL
+		if err := rows.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig); err != nil {
 			return nil, fmt.Errorf("list nats failed: %w", err)
 		}
 		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		f.Subject, f.MsgID = string(subject), string(msgID)
+		if sig.Valid {
+			v := string(sig.V)
+			f.Signature = &v
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// DeleteNATSFailed deletes the record id; one already gone is no error.
+func (sqliteStore) DeleteNATSFailed(ctx context.Context, stx sqldb.Tx, id int64) error {
+	if _, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `DELETE FROM billing_nats_failed WHERE id = ?1`, id); err != nil {
+		return fmt.Errorf("delete nats failed: %w", err)
+	}
+	return nil
+}
+
+// SetNATSFailedReason replaces the reason of the record id; one gone is no error.
+func (sqliteStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int64, reason string) error {
+	if _, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `UPDATE billing_nats_failed SET reason = ?1 WHERE id = ?2`, reason, id); err != nil {
+		return fmt.Errorf("set nats failed reason: %w", err)
+	}
+	return nil
+}
+
+// NATSFailedSize counts the records and their payload bytes.
+func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	err = s.db.Read.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("nats failed size: %w", err)
+	}
+	return rows, bytes, nil
+}
+
+// OldestNATSFailed returns up to limit records after the id after, oldest first.
+func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	ctx, cancel := s.db.Bound(ctx)
+	defer cancel()
+	rows, err := s.db.Read.QueryContext(ctx, `
+		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+		FROM billing_nats_failed WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("oldest nats failed: %w", err)
+	}
+	defer rows.Close()
+	var out []NATSFailed
+	for rows.Next() {
+		var f NATSFailed
+		var seq, deliveries int64
+		var subject, msgID []byte
+		var sig sql.Null[[]byte]
+		if err := rows.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig); err != nil {
+			return nil, fmt.Errorf("oldest nats failed: %w", err)
+		}
+		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+		f.Subject, f.MsgID = string(subject), string(msgID)
+		if sig.Valid {
+			v := string(sig.V)
+			f.Signature = &v
+		}
 		out = append(out, f)
 	}
 	return out, rows.Err()

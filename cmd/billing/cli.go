@@ -26,6 +26,11 @@ var program = cli.Program{
 			Summary: "print the JetStream messages billing terminated, one a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at, reason",
 			Run:     natsFailed,
 		},
+		{
+			Name: "nats replay", Args: "ID...",
+			Summary: "check these records of billing_nats_failed again under EVENTS_TOKEN (and EVENTS_TOKEN_PREVIOUS); apply each that passes, once, and delete it",
+			Parse:   parseReplay,
+		},
 	},
 	Environment: config.BillingService.Usage(),
 }

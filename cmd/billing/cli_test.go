@@ -32,7 +32,7 @@ func TestUsage(t *testing.T) {
 		code, stdout, stderr := runArgs("nats")
 		require.Equal(t, cli.ExitUsage, code)
 		require.Empty(t, stdout)
-		require.Equal(t, "billing: nats needs a subcommand: failed\nrun \"billing help nats\" for the usage\n", stderr)
+		require.Equal(t, "billing: nats needs a subcommand: failed or replay\nrun \"billing help nats\" for the usage\n", stderr)
 		code, stdout, _ = runArgs("help", "nats")
 		require.Equal(t, cli.ExitOK, code)
 		require.Contains(t, stdout, "nats failed")

@@ -20,6 +20,7 @@ func natsConsumer(cfg config.Billing) fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
 		handle, err := svc.NATSHandler(billing.NATSConfig{
 			Key: []byte(cfg.EventsToken), PreviousKey: []byte(cfg.EventsTokenPrevious), MaxDeliveries: uint64(cfg.NATSMaxDeliveries),
+			MaxFailedRows: int64(cfg.NATSFailedMaxRows), MaxFailedBytes: int64(cfg.NATSFailedMaxBytes),
 		})
 		if err != nil {
 			return err

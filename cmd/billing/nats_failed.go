@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
@@ -14,7 +15,9 @@ import (
 
 // natsFailed is `billing nats failed`: it prints billing_nats_failed, one message
 // a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at
-// (RFC 3339), reason. DATABASE_URL only, like every operator command.
+// (RFC 3339), reason. DATABASE_URL only, like every operator command. Each text
+// field is escaped losslessly (escape): a subject or msg id that is not UTF-8
+// prints its other bytes as \xNN.
 func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
@@ -35,10 +38,33 @@ func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 		// On stderr: stdout stays the (empty) listing a script reads.
 		fmt.Fprintln(stderr, "no failed records")
 	}
-	esc := strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`)
 	for _, f := range rows {
-		fmt.Fprintf(stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", f.StreamSeq, esc.Replace(f.Subject), esc.Replace(f.MsgID),
-			f.Deliveries, time.UnixMilli(f.FailedAt).UTC().Format(time.RFC3339Nano), esc.Replace(f.Reason))
+		fmt.Fprintf(stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", f.StreamSeq, escape(f.Subject), escape(f.MsgID),
+			f.Deliveries, time.UnixMilli(f.FailedAt).UTC().Format(time.RFC3339Nano), escape(f.Reason))
 	}
 	return nil
+}
+
+// escape writes s on one line, losslessly: `\`, tab and newline as `\\`, `\t`,
+// `\n`, a byte that is not part of valid UTF-8 as `\xNN` (lowercase hex, as
+// Go's %q), every other rune as is.
+func escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

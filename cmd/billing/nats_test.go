@@ -121,11 +121,15 @@ func TestNATS(t *testing.T) {
 		db := pgtest.New(t, migrations.Billing)
 		_, err := db.Pool.Exec(context.Background(), `INSERT INTO billing_nats_failed
 			(stream_seq, subject, msg_id, payload, reason, deliveries, failed_at) VALUES
-			(7, 'labeling.events.RuleActivated', 'm-7', '{', $1, 1, 1767225600000)`, "body is not\tvalid\nJSON")
+			(7, 'labeling.events.RuleActivated', 'm-7', '{', $1, 1, 1767225600000),
+			(8, $2, $3, '{', 'r', 1, 1767225600000)`, "body is not\tvalid\nJSON",
+			[]byte("labeling.events.\xc3\x28\\"), []byte("\xffé"))
 		require.NoError(t, err)
 		r := runCmd(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN=x"), "nats", "failed")
 		require.Equal(t, 0, r.code, r.stderr)
-		require.Equal(t, "7\tlabeling.events.RuleActivated\tm-7\t1\t2026-01-01T00:00:00Z\tbody is not\\tvalid\\nJSON\n", r.stdout)
+		require.Equal(t, "7\tlabeling.events.RuleActivated\tm-7\t1\t2026-01-01T00:00:00Z\tbody is not\\tvalid\\nJSON\n"+
+			"8\tlabeling.events.\\xc3(\\\\\t\\xffé\t1\t2026-01-01T00:00:00Z\tr\n", r.stdout,
+			"bytes that are not UTF-8 print as \\xNN, losslessly")
 
 		r = runCmd(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN=x"), "nats")
 		require.Equal(t, 2, r.code, "nats alone is a usage error")

@@ -53,7 +53,10 @@ func TestOperatorOutputs(t *testing.T) {
 			require.Regexp(t, `^migrations: applied [1-9]\d*, now at version [1-9]\d*$`, msgs(first)[len(msgs(first))-1])
 			second := proctest.Start(t, bin, env, "migrate")
 			require.Equal(t, exitOK, second.Wait(t, time.Minute).ExitCode(), second.Stderr.String())
-			require.Regexp(t, `^migrations: at version [1-9]\d*, nothing to apply$`, strings.Join(msgs(second), "|"))
+			// The second run opens the database (its "database opened" line) and applies nothing.
+			got := msgs(second)
+			require.Regexp(t, `^migrations: at version [1-9]\d*, nothing to apply$`, got[len(got)-1])
+			require.NotContains(t, got, "migration applied")
 		})
 
 		t.Run(name+" healthcheck says which server answered", func(t *testing.T) {

@@ -86,6 +86,11 @@ type Billing struct {
 	// keeps failing is recorded and terminated at delivery NATSMaxDeliveries.
 	NATSCreds         string
 	NATSMaxDeliveries int
+	// NATSFailedMaxRows and NATSFailedMaxBytes (NATS_FAILED_MAX_ROWS,
+	// NATS_FAILED_MAX_BYTES) bound billing_nats_failed: past either, records
+	// whose signature fails under the current keys are dropped, oldest first.
+	NATSFailedMaxRows  int
+	NATSFailedMaxBytes int
 
 	// ApplyGroupMax (BILLING_APPLY_GROUP_MAX) bounds the deliveries billing
 	// applies in one transaction; 1 is one transaction per event.
@@ -242,6 +247,33 @@ func LoadCommand(lookup Lookup, def string) (Command, error) {
 	return c, r.err
 }
 
+// Replay is what `billing nats replay` reads: the operator command's
+// settings, and the keys and late-delivery bound of billing's intake, so a
+// record is checked exactly as a delivery is.
+type Replay struct {
+	Command
+	EventsToken         string
+	EventsTokenPrevious string
+	ReceiptsRetention   time.Duration
+}
+
+// LoadReplay reads DATABASE_URL, the DB_* bounds, EVENTS_TOKEN (required),
+// EVENTS_TOKEN_PREVIOUS and RECEIPTS_RETENTION, with serve's rules for each.
+func LoadReplay(lookup Lookup) (Replay, error) {
+	r := reader{lookup: lookup}
+	c := Replay{
+		Command:             Command{Bounds: r.dbBounds()},
+		EventsToken:         r.token("EVENTS_TOKEN"),
+		EventsTokenPrevious: r.optionalToken("EVENTS_TOKEN_PREVIOUS"),
+		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+	}
+	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
+	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
+		r.fail("EVENTS_TOKEN_PREVIOUS", "equals EVENTS_TOKEN: a rotation needs a new token (or unset the previous one)")
+	}
+	return c, r.err
+}
+
 // LoopbackHost is the host serve listens on when HTTP_ADDR is unset and
 // AUTH_DISABLED=true (contract section 1): an open /v1 is reachable from this
 // machine only unless HTTP_ADDR says otherwise.
@@ -296,6 +328,8 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		ApplyGroupMax:       r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
 		NATSCreds:           r.file("NATS_CREDS"),
 		NATSMaxDeliveries:   r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
+		NATSFailedMaxRows:   r.positiveInt("NATS_FAILED_MAX_ROWS", DefaultNATSFailedMaxRows, MaxNATSFailedMaxRows),
+		NATSFailedMaxBytes:  r.positiveInt("NATS_FAILED_MAX_BYTES", DefaultNATSFailedMaxBytes, MaxNATSFailedMaxBytes),
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
 	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
@@ -457,6 +491,12 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 const (
 	DefaultNATSMaxDeliveries = 1000
 	MaxNATSMaxDeliveries     = 1_000_000
+	// DefaultNATSFailedMaxRows and DefaultNATSFailedMaxBytes bound
+	// billing_nats_failed by default: 100000 records, 1 GiB of payloads.
+	DefaultNATSFailedMaxRows  = 100_000
+	MaxNATSFailedMaxRows      = 100_000_000
+	DefaultNATSFailedMaxBytes = 1 << 30
+	MaxNATSFailedMaxBytes     = 1 << 40
 )
 
 // file reads the path of a file that must be readable now, or empty.

@@ -288,6 +288,20 @@ func TestLoadBilling(t *testing.T) {
 		require.Equal(t, 5, c.NATSMaxDeliveries)
 	})
 
+	t.Run("bounds billing_nats_failed by default and reads the bound", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadBilling(env(base()))
+		require.NoError(t, err)
+		require.Equal(t, config.DefaultNATSFailedMaxRows, c.NATSFailedMaxRows)
+		require.Equal(t, config.DefaultNATSFailedMaxBytes, c.NATSFailedMaxBytes)
+		kv := base()
+		kv["NATS_FAILED_MAX_ROWS"], kv["NATS_FAILED_MAX_BYTES"] = "7", "4096"
+		c, err = config.LoadBilling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, 7, c.NATSFailedMaxRows)
+		require.Equal(t, 4096, c.NATSFailedMaxBytes)
+	})
+
 	for name, kv := range map[string][2]string{
 		"a bad nats url":                      {"NATS_URL", "127.0.0.1:4222"},
 		"a bad ack wait":                      {"NATS_ACK_WAIT", "soon"},
@@ -298,6 +312,8 @@ func TestLoadBilling(t *testing.T) {
 		"a missing credentials file":          {"NATS_CREDS", "/nonexistent/nats.creds"},
 		"a credentials directory":             {"NATS_CREDS", "/"},
 		"zero deliveries":                     {"NATS_MAX_DELIVERIES", "0"},
+		"zero failed records":                 {"NATS_FAILED_MAX_ROWS", "0"},
+		"an absurd failed bytes bound":        {"NATS_FAILED_MAX_BYTES", "1099511627777"},
 		"an absurd delivery bound":            {"NATS_MAX_DELIVERIES", "1000001"},
 		"a non-numeric delivery bound":        {"NATS_MAX_DELIVERIES", "many"},
 		"a blank token":                       {"EVENTS_TOKEN", "  "},

@@ -91,6 +91,8 @@ var Vars = []Var{
 	{Name: "NATS_CONSUMERS", Services: LabelingService},
 	{Name: "NATS_ACK_WAIT", Services: BillingService},
 	{Name: "NATS_MAX_DELIVERIES", Services: BillingService},
+	{Name: "NATS_FAILED_MAX_ROWS", Services: BillingService},
+	{Name: "NATS_FAILED_MAX_BYTES", Services: BillingService},
 
 	{Name: "AUTH_JWKS_URL", Services: bothServices, Reader: ReadByAuth},
 	{Name: "AUTH_ISSUER", Services: bothServices, Reader: ReadByAuth},

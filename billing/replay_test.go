@@ -1,0 +1,113 @@
+package billing_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+)
+
+func TestReplayNATSFailed(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		// recordWrongKey has billing, keyed with another token than labeling's,
+		// record n genuine activations of org, as issue 25 reproduced.
+		recordWrongKey := func(t *testing.T, b *bundle, org uuid.UUID, n int) {
+			t.Helper()
+			wrong, err := b.svc.NATSHandler(billing.NATSConfig{Key: []byte("not-labelings-token")})
+			require.NoError(t, err)
+			for i := range n {
+				ev := newEvent(billing.RuleActivated, org)
+				require.True(t, terminated(wrong(context.Background(), natsMsg(uint64(i+1), ev.ID, ev.body()))))
+			}
+			require.Equal(t, n, b.count(t, "billing_nats_failed"))
+			require.Nil(t, b.activeRules(t, org))
+		}
+		keys := [][]byte{[]byte(token)}
+
+		t.Run("applies records that verify under the current key once, deletes them, and a second run applies nothing", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			recordWrongKey(t, b, org, 3)
+			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
+			require.NoError(t, err)
+			require.Equal(t, billing.ReplayReport{Records: 3, Replayed: 3, Stayed: map[string]int{}}, rep)
+			require.Equal(t, "replayed 3 of 3 records", rep.String())
+			require.EqualValues(t, 3, *b.activeRules(t, org))
+			require.Equal(t, 3, b.count(t, "billing_receipts"))
+			require.Zero(t, b.count(t, "billing_nats_failed"))
+
+			rep, err = b.svc.ReplayNATSFailed(context.Background(), keys, nil)
+			require.NoError(t, err)
+			require.Equal(t, billing.ReplayReport{Records: 0, Replayed: 0, Stayed: map[string]int{}}, rep)
+			require.EqualValues(t, 3, *b.activeRules(t, org), "nothing applied twice")
+		})
+
+		t.Run("a record whose event was applied before is deleted and applies nothing (a crash between apply and delete)", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			m := natsMsg(1, ev.ID, ev.body())
+			require.NoError(t, b.handler(t, 0)(context.Background(), m))
+			wrong, err := b.svc.NATSHandler(billing.NATSConfig{Key: []byte("not-labelings-token")})
+			require.NoError(t, err)
+			m.Stored = m.Stored.Add(1) // the same event recorded, as if its record survived its apply
+			require.True(t, terminated(wrong(context.Background(), m)))
+			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
+			require.NoError(t, err)
+			require.Equal(t, 1, rep.Replayed)
+			require.EqualValues(t, 1, *b.activeRules(t, org), "the receipt dedups it")
+			require.Zero(t, b.count(t, "billing_nats_failed"))
+		})
+
+		t.Run("a record invalid under the current keys stays with its reason, an unknown id is counted and left", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			recordWrongKey(t, b, org, 1)
+			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			id := rows[0].ID
+			for range 2 { // a second run keeps the first reason once
+				rep, err := b.svc.ReplayNATSFailed(context.Background(), [][]byte{[]byte("yet-another-token")}, []int64{id, id + 1000})
+				require.NoError(t, err)
+				require.Equal(t, billing.ReplayReport{Records: 2, Replayed: 0, Stayed: map[string]int{
+					billing.StayedSignature: 1, billing.StayedNoSuchRecord: 1}}, rep)
+			}
+			require.Nil(t, b.activeRules(t, org))
+			rows, err = billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			require.Len(t, rows, 1)
+			require.Regexp(t, `^replay refused: signature invalid under the current keys: signature invalid: .*; recorded: signature invalid: [^;]*$`, rows[0].Reason)
+		})
+
+		t.Run("a record from before migration 00004 stays: it has no signature to check", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			b.db.Exec(t, `INSERT INTO billing_nats_failed (stream_seq, subject, msg_id, payload, reason, deliveries, failed_at)
+				VALUES (1, $1, $2, $3, 'signature invalid', 1, 0)`, []byte(natsSubject), []byte(ev.ID), []byte(ev.body()))
+			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
+			require.NoError(t, err)
+			require.Equal(t, billing.ReplayReport{Records: 1, Stayed: map[string]int{billing.StayedNoSignature: 1}}, rep)
+			require.Nil(t, b.activeRules(t, org))
+			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			require.Contains(t, rows[0].Reason, "before migration 00004")
+		})
+
+		t.Run("needs a key", func(t *testing.T) {
+			t.Parallel()
+			_, err := setupOn(t, d).svc.ReplayNATSFailed(context.Background(), nil, nil)
+			require.ErrorContains(t, err, "EVENTS_TOKEN")
+		})
+	})
+}

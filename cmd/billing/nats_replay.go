@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/cli"
+	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
+)
+
+// parseReplay reads `billing nats replay ID...` or `... --all`, which stands
+// alone: a record id with it is a usage error, not a narrower replay.
+func parseReplay(fs *flag.FlagSet) func(args []string) (cli.Action, error) {
+	all := fs.Bool("all", false, "replay every record of billing_nats_failed (no ID with it)")
+	return func(args []string) (cli.Action, error) {
+		if *all {
+			if len(args) > 0 {
+				return nil, fmt.Errorf("nats replay --all takes no record ids, got %q", args)
+			}
+			return natsReplay(nil), nil
+		}
+		if len(args) == 0 {
+			return nil, fmt.Errorf("nats replay needs at least one record id, or --all")
+		}
+		ids := make([]int64, 0, len(args))
+		for _, a := range args {
+			id, err := strconv.ParseInt(a, 10, 64)
+			if err != nil || id < 1 {
+				// Also catches a flag after an id, where flag parsing stopped.
+				return nil, fmt.Errorf("nats replay: %q is not a record id (a positive integer, the id column)", a)
+			}
+			ids = append(ids, id)
+		}
+		return natsReplay(ids), nil
+	}
+}
+
+// natsReplay is `billing nats replay`: billing.Service.ReplayNATSFailed on ids
+// (nil: every record) under EVENTS_TOKEN and EVENTS_TOKEN_PREVIOUS, with
+// RECEIPTS_RETENTION's late bound, bounded by commandTimeout and stopped by a
+// signal. It prints `replayed N of M records` on stdout, then one line a reason
+// class of the records that stayed, `K stayed: CLASS`; it exits 0 when every
+// record was checked, whatever stayed (as `labeling outbox requeue` does with N
+// below M), 1 when it could not finish (the summary says what it did).
+func natsReplay(ids []int64) cli.Action {
+	return func(lookup config.Lookup, stdout, stderr io.Writer) error {
+		cfg, err := config.LoadReplay(lookup)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		db, err := database.Open(ctx, cfg.DatabaseURL, database.Bounds{
+			StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
+		})
+		if err != nil {
+			return fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		defer db.Close()
+		svc := billing.NewService(db, slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "billing"),
+			billing.RefuseOlderThan(cfg.ReceiptsRetention))
+		keys := [][]byte{[]byte(cfg.EventsToken)}
+		if cfg.EventsTokenPrevious != "" {
+			keys = append(keys, []byte(cfg.EventsTokenPrevious))
+		}
+		rep, err := svc.ReplayNATSFailed(ctx, keys, ids)
+		fmt.Fprintln(stdout, rep.String())
+		classes := make([]string, 0, len(rep.Stayed))
+		for c := range rep.Stayed {
+			classes = append(classes, c)
+		}
+		slices.Sort(classes)
+		for _, c := range classes {
+			fmt.Fprintf(stdout, "%d stayed: %s\n", rep.Stayed[c], c)
+		}
+		return err
+	}
+}
