@@ -23,7 +23,8 @@ import (
 var consolePages embed.FS
 
 // NATSReplayer replays terminated NATS messages of billing_nats_failed, named
-// by stream sequence (nil ids: all). It reports how many it replayed of how
+// by record id (billing_nats_failed.id, as `billing nats replay ID` takes; nil
+// ids: all). It reports how many it replayed of how
 // many it was asked for. The console shows replay buttons only when
 // ConsoleConfig.Replayer is set.
 type NATSReplayer interface {
@@ -35,13 +36,33 @@ type ConsoleConfig struct {
 	Transport string
 	// LabelingConsoleURL (CONSOLE_LABELING_URL) links to labeling's console; none when empty.
 	LabelingConsoleURL string
-	// Replayer replays NATS records; nil hides replay.
+	// Replayer replays NATS records; nil hides replay unless ReplayKeys is set.
 	Replayer NATSReplayer
+	// ReplayKeys, when set and Replayer is nil, makes ConsoleModule replay with
+	// the app's Service under these keys (a KeyReplayer).
+	ReplayKeys [][]byte
+}
+
+// KeyReplayer is the NATSReplayer of a Service: ReplayNATSFailed under Keys
+// (EVENTS_TOKEN, then EVENTS_TOKEN_PREVIOUS when set), the check and apply
+// that `billing nats replay` runs, so the console's replay is the command's.
+type KeyReplayer struct {
+	Service *Service
+	Keys    [][]byte
+}
+
+// Replay implements NATSReplayer: it applies each record that verifies, once.
+func (r KeyReplayer) Replay(ctx context.Context, ids []int64) (replayed, total int, err error) {
+	rep, err := r.Service.ReplayNATSFailed(ctx, r.Keys, ids)
+	return rep.Replayed, rep.Records, err
 }
 
 // ConsoleModule serves billing's operator console under /console/ behind the
 // app's *auth.Verifier's operator credential (nil: AUTH_DISABLED, loopback only).
 var ConsoleModule = fx.Invoke(func(e *echo.Echo, cfg ConsoleConfig, db sqldb.DB, svc *Service, v *auth.Verifier) error {
+	if cfg.Replayer == nil && len(cfg.ReplayKeys) > 0 {
+		cfg.Replayer = KeyReplayer{Service: svc, Keys: cfg.ReplayKeys}
+	}
 	c, err := NewConsole(cfg, db, svc, v)
 	if err != nil {
 		return err
@@ -144,7 +165,7 @@ func seqs(ec echo.Context) ([]int64, bool, error) {
 	}
 	form, _ := ec.FormParams()
 	var ids []int64
-	for _, s := range form["seq"] {
+	for _, s := range form["id"] {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 {
 			return nil, false, errBadConsoleForm
@@ -157,7 +178,7 @@ func seqs(ec echo.Context) ([]int64, bool, error) {
 	return ids, false, nil
 }
 
-var errBadConsoleForm = errors.New("select at least one record by its stream sequence")
+var errBadConsoleForm = errors.New("select at least one record by its id")
 
 func (c *Console) confirm(ec echo.Context) error {
 	ids, all, err := seqs(ec)

@@ -109,17 +109,17 @@ func TestBillingConsole(t *testing.T) {
 
 		t.Run("replay goes through a confirmation to the replayer with the confirmed records", func(t *testing.T) {
 			const csrf = "test-csrf"
-			rec := consoleDo(e, http.MethodPost, "/console/nats/confirm", url.Values{"csrf": {csrf}, "seq": {"7"}}, csrf)
+			rec := consoleDo(e, http.MethodPost, "/console/nats/confirm", url.Values{"csrf": {csrf}, "id": {"7"}}, csrf)
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 			require.Contains(t, rec.Body.String(), "<strong>1</strong> record(s)")
 			require.Empty(t, replayer.calls, "the confirmation replays nothing")
-			require.Equal(t, http.StatusForbidden, consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"seq": {"7"}}, "").Code)
-			rec = consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "seq": {"7"}}, csrf)
+			require.Equal(t, http.StatusForbidden, consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"id": {"7"}}, "").Code)
+			rec = consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "id": {"7"}}, csrf)
 			require.Contains(t, rec.Body.String(), "Replayed 1 of 1 record(s).")
 			rec = consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "all": {"true"}}, csrf)
 			require.Equal(t, http.StatusOK, rec.Code)
 			require.Equal(t, [][]int64{{7}, nil}, replayer.calls)
-			require.Equal(t, http.StatusBadRequest, consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "seq": {"x"}}, csrf).Code)
+			require.Equal(t, http.StatusBadRequest, consoleDo(e, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "id": {"x"}}, csrf).Code)
 		})
 
 		t.Run("without a replayer no replay is offered or served", func(t *testing.T) {
@@ -128,7 +128,7 @@ func TestBillingConsole(t *testing.T) {
 			require.Contains(t, body, "m-7")
 			require.NotContains(t, body, "Replay")
 			const csrf = "test-csrf"
-			require.NotEqual(t, http.StatusOK, consoleDo(e2, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "seq": {"7"}}, csrf).Code)
+			require.NotEqual(t, http.StatusOK, consoleDo(e2, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "id": {"7"}}, csrf).Code)
 		})
 	})
 }

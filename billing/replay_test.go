@@ -49,6 +49,25 @@ func TestReplayNATSFailed(t *testing.T) {
 			require.EqualValues(t, 3, *b.activeRules(t, org), "nothing applied twice")
 		})
 
+		t.Run("the console's KeyReplayer applies the selected records once, as the command does", func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, d)
+			org := uuid.New()
+			recordWrongKey(t, b, org, 2)
+			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			r := billing.KeyReplayer{Service: b.svc, Keys: keys}
+			replayed, total, err := r.Replay(context.Background(), []int64{rows[0].ID})
+			require.NoError(t, err)
+			require.Equal(t, [2]int{1, 1}, [2]int{replayed, total})
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+			replayed, total, err = r.Replay(context.Background(), nil)
+			require.NoError(t, err)
+			require.Equal(t, [2]int{1, 1}, [2]int{replayed, total}, "all: the one record left")
+			require.EqualValues(t, 2, *b.activeRules(t, org))
+			require.Zero(t, b.count(t, "billing_nats_failed"))
+		})
+
 		t.Run("a record whose event was applied before is deleted and applies nothing (a crash between apply and delete)", func(t *testing.T) {
 			t.Parallel()
 			b := setupOn(t, d)

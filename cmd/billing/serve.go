@@ -79,13 +79,17 @@ func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
 	}
 }
 
-// consoleConfig is billing's console: its header and, once connected, the
-// replay of NATS records. To connect replay, set Replayer to a
-// billing.NATSReplayer (nil hides the replay buttons).
+// consoleConfig is billing's console: its header and the replay of NATS
+// records under EVENTS_TOKEN (and EVENTS_TOKEN_PREVIOUS), as `billing nats
+// replay` checks them.
 func consoleConfig(cfg config.Billing) billing.ConsoleConfig {
 	transport := config.TransportHTTP
 	if cfg.NATSURL != "" {
 		transport = "http and nats"
 	}
-	return billing.ConsoleConfig{Transport: transport, LabelingConsoleURL: cfg.ConsoleLabelingURL}
+	keys := [][]byte{[]byte(cfg.EventsToken)}
+	if cfg.EventsTokenPrevious != "" {
+		keys = append(keys, []byte(cfg.EventsTokenPrevious))
+	}
+	return billing.ConsoleConfig{Transport: transport, LabelingConsoleURL: cfg.ConsoleLabelingURL, ReplayKeys: keys}
 }
