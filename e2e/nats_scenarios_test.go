@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
 
 // TestNATSDown freezes the JetStream server (SIGSTOP) under load for a second,
@@ -174,4 +177,60 @@ func TestNATSDurableDeleted(t *testing.T) {
 	s, _ := c.requireConverged(t)
 	require.Len(t, s.outbox, n)
 	require.EqualValues(t, n, c.quota(t, org), "every activation applied once")
+}
+
+// TestNATSTokenFixedThenReplayed is issue 25's first mistake on the binaries:
+// billing consumes with another EVENTS_TOKEN than labeling signs with, so every
+// genuine message fails its signature, is recorded in billing_nats_failed and
+// terminated, and labeling settles its rows. The operator fixes the token and
+// runs `billing nats replay --all`: every event is applied once, and a second
+// replay applies nothing.
+func TestNATSTokenFixedThenReplayed(t *testing.T) {
+	t.Parallel()
+	c := setup(t, config{transport: transportNATS, billingDown: true})
+	right := c.billing.env["EVENTS_TOKEN"]
+	c.billing.env["EVENTS_TOKEN"] = "not-labelings-token"
+	c.billing.restart(t)
+	ctx := context.Background()
+
+	const n = 6
+	org := uuid.New()
+	for range n {
+		id := uuid.New()
+		_, _, err := c.sendUntil(ctx, c.lab, http.MethodPost, rulesPath(org), newRuleBody(id), http.StatusCreated)
+		require.NoError(t, err)
+		_, _, err = c.sendUntil(ctx, c.lab, http.MethodPost, rulePath(org, id, "activate"), nil, http.StatusOK)
+		require.NoError(t, err)
+	}
+	// The operator's command, as the binary with only what it reads.
+	command := func(token string, args ...string) (string, int) {
+		p := proctest.Start(t, billingBin, map[string]string{
+			"DATABASE_URL": c.billing.env["DATABASE_URL"], "EVENTS_TOKEN": token,
+		}, append([]string{"nats"}, args...)...)
+		state := p.Wait(t, time.Minute)
+		return p.Stdout.String(), state.ExitCode()
+	}
+	waitFor(t, convergeTimeout, func() bool {
+		out, code := command(right, "failed")
+		return code == 0 && strings.Count(out, "\n") == n
+	}, "every message recorded for its signature")
+	for _, r := range c.outboxRows(t) {
+		require.NotNil(t, r.ProcessedAt, "labeling settled the row on the publish ack: %s", r)
+	}
+	require.Zero(t, c.quota(t, org), "nothing applied under the wrong token")
+
+	// The fix: billing gets labeling's token, then the replay.
+	_, _ = c.billing.terminate(t)
+	c.billing.env["EVENTS_TOKEN"] = right
+	c.billing.restart(t)
+	out, code := command(right, "replay", "--all")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, fmt.Sprintf("replayed %d of %d records\n", n, n), out)
+	require.EqualValues(t, n, c.quota(t, org), "every event applied once")
+	out, code = command(right, "replay", "--all")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "replayed 0 of 0 records\n", out, "a second replay finds nothing")
+	require.EqualValues(t, n, c.quota(t, org), "nothing applied twice")
+	s, _ := c.requireConverged(t)
+	require.Len(t, s.outbox, n)
 }
