@@ -17,6 +17,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -49,6 +50,9 @@ type Bounds struct {
 // walLimit is the journal_size_limit (bytes): the most a checkpointed WAL keeps.
 const walLimit = 64 << 20
 
+// checkpointEvery is how often the checkpoint loop tries to empty the WAL.
+const checkpointEvery = 30 * time.Second
+
 // defaultBusy is the busy timeout when Bounds.LockTimeout is 0.
 const defaultBusy = 5 * time.Second
 
@@ -61,6 +65,10 @@ type DB struct {
 	Write   *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
 	Read    *sql.DB // read-only connections
 	bounds  Bounds
+	busy    time.Duration
+	// stop ends the checkpoint loop; done is closed when it has returned.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 var _ sqldb.DB = (*DB)(nil)
@@ -145,6 +153,10 @@ func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
 // creates is 0700 and the file 0600, whatever the umask: SQLite gives the -wal
 // and -shm files the database file's mode, and the migrate lock is 0600 too.
 func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
+	return open(ctx, dbURL, b, checkpointEvery)
+}
+
+func open(ctx context.Context, dbURL string, b Bounds, every time.Duration) (*DB, error) {
 	path, err := sqldb.SQLitePath(dbURL)
 	if err != nil {
 		return nil, err
@@ -174,7 +186,72 @@ func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	return &DB{Path: path, Created: created, Write: w, Read: r, bounds: b}, nil
+	busy := b.LockTimeout
+	if busy <= 0 {
+		busy = defaultBusy
+	}
+	loop, stop := context.WithCancel(context.Background())
+	db := &DB{Path: path, Created: created, Write: w, Read: r, bounds: b, busy: busy, stop: stop, done: make(chan struct{})}
+	go db.checkpoints(loop, every)
+	return db, nil
+}
+
+// checkpoints runs Checkpoint every interval until ctx ends. SQLite's own
+// automatic checkpoint runs only at a commit, and only resets the WAL when a
+// later write starts after it: a WAL grown under a long reader would keep its
+// size (up to journal_size_limit) until more writes came. A failure is left to
+// the next tick: a checkpoint is housekeeping, never needed for correctness.
+func (db *DB) checkpoints(ctx context.Context, every time.Duration) {
+	defer close(db.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = db.Checkpoint(ctx)
+		}
+	}
+}
+
+// Checkpoint copies the WAL's frames into the database file and, when no
+// reader still uses the WAL, truncates it to zero bytes (wal_checkpoint
+// TRUNCATE). It never waits: it runs with a busy timeout of 0 on the writer
+// connection, so a reader still in the WAL (or another process's writer) makes
+// it checkpoint what it can and return, instead of holding the one writer
+// connection for up to DB_LOCK_TIMEOUT. The busy timeout is set back before the
+// connection returns to the pool; when that fails the connection is discarded.
+// It does nothing when the WAL is empty.
+func (db *DB) Checkpoint(ctx context.Context) error {
+	if fi, err := os.Stat(db.Path + "-wal"); err != nil || fi.Size() == 0 {
+		return nil
+	}
+	conn, err := db.Write.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+		return errors.Join(err, db.restoreBusy(conn))
+	}
+	var busy, log, done int64
+	err = conn.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done)
+	return errors.Join(err, db.restoreBusy(conn))
+}
+
+// restoreBusy sets conn's busy timeout back to DB_LOCK_TIMEOUT, on a context of
+// its own (the caller's may have ended), and discards conn when it cannot: a
+// writer with a busy timeout of 0 would fail at once under another process's
+// writer.
+func (db *DB) restoreBusy(conn *sql.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := conn.ExecContext(ctx, `PRAGMA busy_timeout = `+strconv.FormatInt(db.busy.Milliseconds(), 10))
+	if err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return err
 }
 
 // create makes path's missing folders (0700) and the file itself (0600),
@@ -228,8 +305,13 @@ func OpenExisting(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
 	return Open(ctx, dbURL, b)
 }
 
-// Close closes both pools.
-func (db *DB) Close() error { return errors.Join(db.Write.Close(), db.Read.Close()) }
+// Close stops the checkpoint loop (interrupting a checkpoint under way) and
+// closes both pools.
+func (db *DB) Close() error {
+	db.stop()
+	<-db.done
+	return errors.Join(db.Write.Close(), db.Read.Close())
+}
 
 // Dialect is sqldb.SQLite.
 func (*DB) Dialect() sqldb.Dialect { return sqldb.SQLite }
