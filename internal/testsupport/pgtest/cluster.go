@@ -26,6 +26,10 @@ const EnvPGBin = "E2E_PG_BIN"
 // errNoBinaries says the machine has no PostgreSQL server binaries.
 var errNoBinaries = errors.New("no initdb and postgres under /usr/lib/postgresql/*/bin and " + EnvPGBin + " unset")
 
+// pgLibGlob is where Debian installs the server binaries; a variable so a test
+// can stand for a machine without them.
+var pgLibGlob = "/usr/lib/postgresql/*/bin"
+
 // pgBinDir finds initdb and postgres: $E2E_PG_BIN, else the newest version
 // under /usr/lib/postgresql.
 func pgBinDir() (string, error) {
@@ -37,7 +41,7 @@ func pgBinDir() (string, error) {
 		}
 		return dir, nil
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(pgLibGlob)
 	version := func(d string) float64 {
 		v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(d)), 64)
 		return v

@@ -168,13 +168,19 @@ func ServerURL(t testing.TB) string {
 	}
 	serverOnce.Do(func() { serverURL, serverErr = startServer() })
 	if serverErr != nil {
-		t.Fatalf("pgtest: no PostgreSQL for the tests: %v.\n"+
-			"Fix, any one of:\n"+
-			"  - point the tests at a server: export %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'\n"+
-			"  - install PostgreSQL's server binaries (apt-get install postgresql), or set %s to the directory holding initdb and postgres\n"+
-			"  - start Docker, for a container from testcontainers-go", serverErr, EnvURL, EnvPGBin)
+		t.Fatal(noServer(serverErr))
 	}
 	return serverURL
+}
+
+// noServer is the failure when the binary has no server: what was tried, and
+// the three ways to get one.
+func noServer(err error) string {
+	return fmt.Sprintf("pgtest: no PostgreSQL for the tests: %v.\n"+
+		"Fix, any one of:\n"+
+		"  - point the tests at a server: export %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'\n"+
+		"  - install PostgreSQL's server binaries (apt-get install postgresql), or set %s to the directory holding initdb and postgres\n"+
+		"  - start Docker, for a container from testcontainers-go", err, EnvURL, EnvPGBin)
 }
 
 // startServer starts the binary's own server: a cluster from the server
@@ -189,7 +195,7 @@ func startServer() (string, error) {
 	}
 	u, cerr := startContainer()
 	if cerr != nil {
-		return "", fmt.Errorf("%s is unset, %v, and testcontainers could not start a container (%v)", EnvURL, err, cerr)
+		return "", fmt.Errorf("%s is unset, %w, and testcontainers could not start a container (%w)", EnvURL, err, cerr)
 	}
 	fmt.Fprintf(os.Stderr, "pgtest: %s unset; started a PostgreSQL container with testcontainers-go, removed when the tests end\n", EnvURL)
 	return u, nil
