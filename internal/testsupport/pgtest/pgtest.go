@@ -3,10 +3,12 @@
 //
 // With TEST_DATABASE_URL set (any database on the server; the role must be allowed
 // to create databases) the databases are created on that server. Without it, one
-// PostgreSQL container per test binary is started with testcontainers-go. Each
+// server per test binary is started: a throwaway cluster from the installed
+// PostgreSQL server binaries (initdb, postgres; fsync off) when there are any,
+// else a container with testcontainers-go. Each
 // migration set is applied once, to a template database named after a hash of its
 // files; every test then gets a cheap clone of that template, dropped when it ends.
-// When neither a server nor Docker is available the test fails with a message
+// When none of the three is available the test fails with a message
 // saying how to fix it: it never skips.
 package pgtest
 
@@ -16,6 +18,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -149,8 +152,12 @@ func sweep(ctx context.Context, admin string) {
 	}
 }
 
-// ServerURL returns a URL of the test server's maintenance database, starting a
-// container on first use when TEST_DATABASE_URL is unset.
+// ServerURL returns a URL of the test server's maintenance database. With
+// TEST_DATABASE_URL unset it starts, on first use, one server for the test
+// binary: a throwaway cluster from the installed PostgreSQL server binaries when
+// there are any (preferred to a container: no Docker, no image to pull, up in a
+// second or two), else a container with testcontainers-go. It says which on
+// stderr, once.
 func ServerURL(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv(EnvURL); u != "" {
@@ -159,13 +166,39 @@ func ServerURL(t testing.TB) string {
 		}
 		return u
 	}
-	serverOnce.Do(func() { serverURL, serverErr = startContainer() })
+	serverOnce.Do(func() { serverURL, serverErr = startServer() })
 	if serverErr != nil {
-		t.Fatalf("pgtest: no PostgreSQL for the tests: %s is unset and testcontainers could not start one (%v).\n"+
-			"Fix: start Docker, or point the tests at a server, e.g.\n"+
-			"  export %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'", EnvURL, serverErr, EnvURL)
+		t.Fatal(noServer(serverErr))
 	}
 	return serverURL
+}
+
+// noServer is the failure when the binary has no server: what was tried, and
+// the three ways to get one.
+func noServer(err error) string {
+	return fmt.Sprintf("pgtest: no PostgreSQL for the tests: %v.\n"+
+		"Fix, any one of:\n"+
+		"  - point the tests at a server: export %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'\n"+
+		"  - install PostgreSQL's server binaries (apt-get install postgresql), or set %s to the directory holding initdb and postgres\n"+
+		"  - start Docker, for a container from testcontainers-go", err, EnvURL, EnvPGBin)
+}
+
+// startServer starts the binary's own server: a cluster from the server
+// binaries, else a container.
+func startServer() (string, error) {
+	bin, err := pgBinDir()
+	if err == nil {
+		return startCluster(bin)
+	}
+	if !errors.Is(err, errNoBinaries) {
+		return "", err // E2E_PG_BIN set wrong: say so rather than fall through
+	}
+	u, cerr := startContainer()
+	if cerr != nil {
+		return "", fmt.Errorf("%s is unset, %w, and testcontainers could not start a container (%w)", EnvURL, err, cerr)
+	}
+	fmt.Fprintf(os.Stderr, "pgtest: %s unset; started a PostgreSQL container with testcontainers-go, removed when the tests end\n", EnvURL)
+	return u, nil
 }
 
 func startContainer() (u string, err error) {
