@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,18 +10,17 @@ import (
 )
 
 // TestStartServerWithNoneOfTheThreeSaysHowToGetOne stands for a machine with no
-// server binaries (and, here, no Docker): the failure names the three ways. Not
-// parallel: it swaps pgLibGlob, which the parallel tests read.
+// server binaries and no Docker (both lookups replaced, so it holds on any
+// machine): the failure names the three ways. Not parallel: it swaps
+// pgLibGlob and containerStart, which the parallel tests read.
 func TestStartServerWithNoneOfTheThreeSaysHowToGetOne(t *testing.T) {
 	if os.Getenv(EnvPGBin) != "" {
 		t.Fatalf("unset %s to run this test: it stands for a machine without server binaries", EnvPGBin)
 	}
-	if _, err := os.Stat("/var/run/docker.sock"); err == nil {
-		t.Fatal("a Docker socket is here: this test stands for a machine without Docker")
-	}
-	saved := pgLibGlob
+	savedGlob, savedStart := pgLibGlob, containerStart
 	pgLibGlob = filepath.Join(t.TempDir(), "*", "bin")
-	t.Cleanup(func() { pgLibGlob = saved })
+	containerStart = func() (string, error) { return "", errors.New("Cannot connect to the Docker daemon") }
+	t.Cleanup(func() { pgLibGlob, containerStart = savedGlob, savedStart })
 
 	_, err := startServer()
 	require.Error(t, err)
