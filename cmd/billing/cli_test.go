@@ -113,20 +113,26 @@ func TestOperatorCommandsNeedNoToken(t *testing.T) {
 
 func TestNATSFailedNeverCreatesADatabase(t *testing.T) {
 	t.Parallel()
-	t.Run("nats failed on a missing SQLite file exits 1 naming its absolute path and creates nothing", func(t *testing.T) {
-		t.Parallel()
-		dir := filepath.Join(t.TempDir(), "missing")
-		path := filepath.Join(dir, "billing.db")
-		vars := map[string]string{"DATABASE_URL": "sqlite:" + path}
-		var out, errOut bytes.Buffer
+	for _, args := range [][]string{{"nats", "failed"}, {"nats", "replay", "--all"}} {
+		t.Run(strings.Join(args, " ")+" on a missing SQLite file exits 1 naming its absolute path and creates nothing", func(t *testing.T) {
+			t.Parallel()
+			neverCreates(t, args)
+		})
+	}
+}
 
-		code := run([]string{"nats", "failed"}, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, &out, &errOut)
+func neverCreates(t *testing.T, args []string) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	path := filepath.Join(dir, "billing.db")
+	vars := map[string]string{"DATABASE_URL": "sqlite:" + path, "EVENTS_TOKEN": "t"}
+	var out, errOut bytes.Buffer
 
-		require.Equal(t, 1, code, errOut.String())
-		require.Empty(t, out.String())
-		require.Contains(t, errOut.String(), "DATABASE_URL")
-		require.Contains(t, errOut.String(), path)
-		_, err := os.Stat(dir)
-		require.ErrorIs(t, err, os.ErrNotExist, "neither the file nor its folder is created")
-	})
+	code := run(args, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, &out, &errOut)
+
+	require.Equal(t, 1, code, errOut.String())
+	require.Empty(t, out.String())
+	require.Contains(t, errOut.String(), "DATABASE_URL")
+	require.Contains(t, errOut.String(), path)
+	_, err := os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "neither the file nor its folder is created")
 }

@@ -62,7 +62,9 @@ func natsReplay(ids []int64) cli.Action {
 		defer stop()
 		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
-		db, err := database.Open(ctx, cfg.DatabaseURL, database.Bounds{
+		// An existing database only: replay on a wrong path would otherwise
+		// create an empty one and report "replayed 0 of 0 records".
+		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, database.Bounds{
 			StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
 		})
 		if err != nil {
