@@ -137,15 +137,19 @@ func (s pgStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
-		var f NATSFailed
-		var seq, deliveries int64
-		var subject, msgID, sig []byte
-		err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
-		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
-		f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
-		return f, err
-	})
+	return pgx.CollectRows(rows, pgNATSFailed)
+}
+
+// pgNATSFailed reads one billing_nats_failed row, selected in the column order
+// of ListNATSFailed.
+func pgNATSFailed(r pgx.CollectableRow) (NATSFailed, error) {
+	var f NATSFailed
+	var seq, deliveries int64
+	var subject, msgID, sig []byte
+	err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
+	f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
+	f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
+	return f, err
 }
 
 // DeleteNATSFailed deletes the record id; one already gone is no error.
@@ -181,13 +185,5 @@ func (s pgStore) OldestNATSFailed(ctx context.Context, after int64, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("oldest nats failed: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) {
-		var f NATSFailed
-		var seq, deliveries int64
-		var subject, msgID, sig []byte
-		err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
-		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
-		f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
-		return f, err
-	})
+	return pgx.CollectRows(rows, pgNATSFailed)
 }

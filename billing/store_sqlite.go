@@ -146,6 +146,16 @@ func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
 	}
+	out, err := sqliteNATSFailed(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list nats failed: %w", err)
+	}
+	return out, nil
+}
+
+// sqliteNATSFailed reads billing_nats_failed rows, selected in the column
+// order of ListNATSFailed, and closes rows.
+func sqliteNATSFailed(rows *sql.Rows) ([]NATSFailed, error) {
 	defer rows.Close()
 	var out []NATSFailed
 	for rows.Next() {
@@ -154,7 +164,7 @@ func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 		var subject, msgID []byte
 		var sig sql.Null[[]byte] // an empty BLOB reads as nil: Valid tells it from NULL
 		if err := rows.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig); err != nil {
-			return nil, fmt.Errorf("list nats failed: %w", err)
+			return nil, err
 		}
 		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
 		f.Subject, f.MsgID = string(subject), string(msgID)
@@ -204,23 +214,9 @@ func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit in
 	if err != nil {
 		return nil, fmt.Errorf("oldest nats failed: %w", err)
 	}
-	defer rows.Close()
-	var out []NATSFailed
-	for rows.Next() {
-		var f NATSFailed
-		var seq, deliveries int64
-		var subject, msgID []byte
-		var sig sql.Null[[]byte]
-		if err := rows.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig); err != nil {
-			return nil, fmt.Errorf("oldest nats failed: %w", err)
-		}
-		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
-		f.Subject, f.MsgID = string(subject), string(msgID)
-		if sig.Valid {
-			v := string(sig.V)
-			f.Signature = &v
-		}
-		out = append(out, f)
+	out, err := sqliteNATSFailed(rows)
+	if err != nil {
+		return nil, fmt.Errorf("oldest nats failed: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
