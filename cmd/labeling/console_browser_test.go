@@ -100,8 +100,10 @@ func TestConsoleInBrowser(t *testing.T) {
 			chromedp.WaitVisible(`#touches`, chromedp.ByQuery),
 			chromedp.Text(`#touches`, &touches, chromedp.ByQuery),
 			chromedp.Click(`form[action="/console/act"] button`, chromedp.ByQuery),
-			chromedp.WaitVisible(`main p`, chromedp.ByQuery),
-			chromedp.Text(`main p`, &done, chromedp.ByQuery),
+			// The result page's own element: the confirmation page's paragraphs
+			// are still there until the POST's answer replaces it.
+			chromedp.WaitVisible(`#message`, chromedp.ByQuery),
+			chromedp.Text(`#message`, &done, chromedp.ByQuery),
 		))
 		require.Contains(t, touches, "requeue 1 failed row(s)")
 		require.Equal(t, "Requeued 1 row(s).", done)
