@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,10 +22,6 @@ import (
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
-
-// pgBinEnv names the directory of initdb and postgres when they are not in
-// Debian's place (/usr/lib/postgresql/<newest version>/bin).
-const pgBinEnv = "E2E_PG_BIN"
 
 // pgServer is a PostgreSQL cluster of the scenario's own, run from the installed
 // server binaries on a free loopback port with its data in a temporary
@@ -55,36 +48,15 @@ type pgLife struct {
 	done   chan struct{}
 }
 
-// pgBinDir finds initdb and postgres: $E2E_PG_BIN, else the newest version
-// under /usr/lib/postgresql. Without them it says what to install: the suite
+// pgBinDir is pgtest.BinDir, saying what to install without them: the suite
 // never skips a scenario for want of a binary.
 func pgBinDir() (string, error) {
-	if dir := os.Getenv(pgBinEnv); dir != "" {
-		for _, b := range []string{"initdb", "postgres"} {
-			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-				return "", fmt.Errorf("%s=%s: no %s there: %w", pgBinEnv, dir, b, err)
-			}
-		}
-		return dir, nil
+	dir, err := pgtest.BinDir()
+	if err != nil {
+		return "", fmt.Errorf("the database crash and partition scenarios run a PostgreSQL cluster of their own: %w "+
+			"(install the server: apt-get install postgresql, or set %s to the directory that holds initdb and postgres)", err, pgtest.EnvPGBin)
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	// Newest version first: the directory names are major versions (9.6, 15, 17).
-	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
-	for _, dir := range dirs {
-		_, errInit := os.Stat(filepath.Join(dir, "initdb"))
-		_, errServer := os.Stat(filepath.Join(dir, "postgres"))
-		if errInit == nil && errServer == nil {
-			return dir, nil
-		}
-	}
-	return "", fmt.Errorf("the database crash and partition scenarios run a PostgreSQL cluster of their own, " +
-		"but no initdb and postgres were found under /usr/lib/postgresql/*/bin: install the server " +
-		"(apt-get install postgresql) or set " + pgBinEnv + " to the directory that holds them")
-}
-
-func pgVersion(binDir string) float64 {
-	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
-	return v
+	return dir, nil
 }
 
 // startPGServer initialises a cluster and starts it; it is stopped and its
@@ -370,25 +342,7 @@ func procStat(pid int) (ppid int, state string, err error) {
 // keep the restart from binding it.
 func freePort(t *testing.T) int {
 	t.Helper()
-	low := 32768 // Linux's default start of ip_local_port_range
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	const floor = 10000 // above the well-known and most registered services
-	require.Greater(t, low, floor+1000, "no room below the ephemeral ports (%d) for the cluster's port", low)
-	for range 100 {
-		port := floor + rand.IntN(low-floor)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		require.NoError(t, l.Close())
-		return port
-	}
-	t.Fatalf("no free loopback port between %d and %d", floor, low)
-	return 0
+	port, err := pgtest.FreePort()
+	require.NoError(t, err)
+	return port
 }

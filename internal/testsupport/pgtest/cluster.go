@@ -30,9 +30,9 @@ var errNoBinaries = errors.New("no initdb and postgres under /usr/lib/postgresql
 // can stand for a machine without them.
 var pgLibGlob = "/usr/lib/postgresql/*/bin"
 
-// pgBinDir finds initdb and postgres: $E2E_PG_BIN, else the newest version
-// under /usr/lib/postgresql.
-func pgBinDir() (string, error) {
+// BinDir finds initdb and postgres: $E2E_PG_BIN, else the newest version
+// under /usr/lib/postgresql (the e2e suite's own clusters use it too).
+func BinDir() (string, error) {
 	if dir := os.Getenv(EnvPGBin); dir != "" {
 		for _, b := range []string{"initdb", "postgres"} {
 			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
@@ -103,7 +103,7 @@ func startCluster(bin string) (string, error) {
 		return fail(fmt.Errorf("initdb in %s: %w: %s", dir, err, out))
 	}
 	for try := 0; ; try++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return fail(err)
 		}
@@ -183,9 +183,10 @@ func waitReady(u string, done <-chan struct{}) error {
 	}
 }
 
-// freePort picks a loopback port below the ephemeral range, so that no
-// outgoing connection takes it between the check and the postmaster's bind.
-func freePort() (int, error) {
+// FreePort picks a loopback port below the ephemeral range, so that no
+// outgoing connection takes it between the check and the postmaster's bind
+// (nor, for a crashed cluster, while its port has no listener).
+func FreePort() (int, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {

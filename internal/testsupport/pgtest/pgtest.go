@@ -186,7 +186,7 @@ func noServer(err error) string {
 // startServer starts the binary's own server: a cluster from the server
 // binaries, else a container.
 func startServer() (string, error) {
-	bin, err := pgBinDir()
+	bin, err := BinDir()
 	if err == nil {
 		return startCluster(bin)
 	}
