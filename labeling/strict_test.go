@@ -3,7 +3,6 @@ package labeling
 import (
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -15,10 +14,6 @@ import (
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
-
-// goWords are what an answer would say if it leaked the implementation's Go
-// types instead of the API's words.
-var goWords = regexp.MustCompile(`labeling\.|billing\.|web\.|struct ?\{|\bu?int(8|16|32|64)?\b|float64|\bjson:|jsontext|Go type|\[\]byte|RawMessage`)
 
 // strictCase is one request the spec forbids (or allows) and its one answer.
 type strictCase struct {
@@ -119,7 +114,7 @@ func TestRequestsAsStrictAsTheSpec(t *testing.T) {
 				rec := apitest.Do(t, b.e, newReq())
 
 				require.Equal(t, tc.status, rec.Code, rec.Body.String())
-				require.NotRegexp(t, goWords, rec.Body.String(), "the answer speaks the API's words")
+				require.NotRegexp(t, apitest.GoWords, rec.Body.String(), "the answer speaks the API's words")
 				if tc.status >= 400 {
 					code := map[int]string{400: "invalid", 415: "unsupported_media_type"}[tc.status]
 					requireError(t, rec, tc.status, code)

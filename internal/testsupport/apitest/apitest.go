@@ -31,6 +31,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -281,3 +282,7 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// GoWords matches what an answer would say if it leaked the implementation's
+// Go types instead of the API's words (a decoder's message passed through).
+var GoWords = regexp.MustCompile(`labeling\.|billing\.|web\.|struct ?\{|\bu?int(8|16|32|64)?\b|float64|\bjson:|jsontext|Go type|\[\]byte|RawMessage`)
