@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,6 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/internal/testsupport/authtest"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
@@ -32,12 +35,33 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// ready waits until base's /readyz answers 200.
+func ready(t *testing.T, client *http.Client, base string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "%s/readyz", base)
+}
+
+// The viewport of the browser, and so of the docs' screenshots.
+const viewportW, viewportH = 1200, 800
+
 // TestConsoleInBrowser drives headless Chromium against the real binaries: a
 // dead letter is found on the failed page, opened, requeued through the
 // confirmation, and billing's console then shows the org's quota changed; a
-// hostile row renders inert.
+// hostile row renders inert; without credentials the console shows nothing
+// and refuses an action. axe-core runs in every page visited (no serious or
+// critical violation), and the pages the docs show are outlined against
+// docs/img (and shot there with CONSOLE_SCREENSHOTS).
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
+	axe := newAxeChecker(t)
+	shots := newShots(t)
 	dir := t.TempDir()
 	billingBin := proctest.Build(t, "./cmd/billing")
 	billingDB := "sqlite:" + filepath.Join(dir, "billing.db")
@@ -52,27 +76,48 @@ func TestConsoleInBrowser(t *testing.T) {
 	labelingBase := "http://" + lp.ListenAddr(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	for _, base := range []string{billingBase, labelingBase} {
-		require.Eventually(t, func() bool {
-			resp, err := client.Get(base + "/readyz")
-			if err != nil {
-				return false
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, 60*time.Second, 50*time.Millisecond)
+		ready(t, client, base)
 	}
 
-	// A dead letter, as the relay leaves one after its last attempt.
+	// A dead letter, as the relay leaves one after its last attempt; a hostile
+	// one; and, for the docs' screenshots, a failed row of another tag and rows
+	// of both tags waiting for a retry an hour from now (the relay leaves them
+	// alone during the test).
 	db := dbtest.OpenSQLite(t, labelingDB)
-	org, id, hostile := uuid.New(), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	org, id, hostile, shot := uuid.New(), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 	now := time.Now().UnixMilli()
-	insert := func(id uuid.UUID, payload, lastError string) {
+	insert := func(id uuid.UUID, tag, payload, lastError string) {
 		db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, failed_at, last_error)
-			VALUES ($1, 'RuleActivated', $2, $3, $3, 10, $3, $4)`, id.String(), payload, now, lastError)
+			VALUES ($1, $2, $3, $4, $4, 10, $4, $5)`, id.String(), tag, payload, now, lastError)
 	}
-	insert(id, `{"orgId":"`+org.String()+`","ruleId":"`+uuid.NewString()+`"}`, "billing answered 503")
-	insert(hostile, `{"x":"<script>window.__xss=1</script>"}`, `<img src=x onerror="window.__xss=2">`)
+	insert(id, "RuleActivated", `{"orgId":"`+org.String()+`","ruleId":"`+uuid.NewString()+`"}`, "billing answered 503")
+	insert(hostile, "RuleActivated", `{"x":"<script>window.__xss=1</script>"}`, `<img src=x onerror="window.__xss=2">`)
 	// The hostile row must not be requeued into billing: it stays failed.
+	db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, failed_at, last_error, trace_context)
+		VALUES ($1, 'RuleDeactivated', $2, $3, $4, 10, $4, 'billing answered 503: service unavailable', $5)`,
+		shot.String(), `{"orgId":"`+uuid.NewString()+`","ruleId":"`+uuid.NewString()+`"}`,
+		now-40*time.Minute.Milliseconds(), now-2*time.Minute.Milliseconds(),
+		`{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`)
+	for i, tag := range []string{"RuleActivated", "RuleActivated", "RuleActivated", "RuleDeactivated", "RuleDeactivated"} {
+		db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, last_error)
+			VALUES ($1, $2, $3, $4, $5, 3, 'billing answered 503')`, uuid.Must(uuid.NewV7()).String(), tag,
+			`{"orgId":"`+uuid.NewString()+`","ruleId":"`+uuid.NewString()+`"}`,
+			now-int64(10-i)*time.Minute.Milliseconds(), now+time.Hour.Milliseconds())
+	}
+
+	// And an hour of processed rows, so the overview's chart has bars.
+	var values []string
+	var args []any
+	for m := 1; m <= 59; m++ {
+		for k := 0; k < 2+(m*7)%11; k++ {
+			at := now - int64(m)*time.Minute.Milliseconds() + int64(k)*1000
+			n := len(args)
+			values = append(values, fmt.Sprintf("($%d, $%d, '{}', $%d, $%d, 1, $%d)", n+1, n+2, n+3, n+3, n+3))
+			args = append(args, uuid.Must(uuid.NewV7()).String(), []string{"RuleActivated", "RuleDeactivated"}[k%2], at)
+		}
+	}
+	db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at) VALUES `+
+		strings.Join(values, ", "), args...)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
 		chromedp.ExecPath(chromium(t)),
@@ -80,25 +125,49 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(viewportW, viewportH),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelT()
+	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(viewportW, viewportH)))
+	defer func() { t.Log(axe.summary()) }()
+
+	t.Run("the pages the docs show keep their structure", func(t *testing.T) {
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(labelingBase+"/console/"),
+			chromedp.WaitVisible(`a[href="/console/failed?tag=RuleDeactivated"]`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/ (overview)")
+		shots.shoot(t, ctx, "console-overview", "labeling's /console/ (the overview)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(labelingBase+"/console/rows/"+shot.String()),
+			chromedp.WaitVisible(`#payload`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/rows/{id} (a failed row)")
+		shots.shoot(t, ctx, "console-row", "labeling's /console/rows/{id} (a failed row)")
+	})
 
 	t.Run("a dead letter is found, opened and requeued, and billing applies it", func(t *testing.T) {
 		row := `a[href="/console/rows/` + id.String() + `"]`
-		var touches, done string
 		require.NoError(t, chromedp.Run(ctx,
 			chromedp.Navigate(labelingBase+"/console/failed"),
 			chromedp.WaitVisible(row, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/failed")
+		var touches, done string
+		require.NoError(t, chromedp.Run(ctx,
 			chromedp.Click(row, chromedp.ByQuery),
 			chromedp.WaitVisible(`#payload`, chromedp.ByQuery),
 			chromedp.Click(`button[value="requeue"]`, chromedp.ByQuery),
 			chromedp.WaitVisible(`#touches`, chromedp.ByQuery),
 			chromedp.Text(`#touches`, &touches, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/confirm (the confirmation)")
+		require.NoError(t, chromedp.Run(ctx,
 			chromedp.Click(`form[action="/console/act"] button`, chromedp.ByQuery),
 			// The result page's own element: the confirmation page's paragraphs
 			// are still there until the POST's answer replaces it.
@@ -107,6 +176,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		))
 		require.Contains(t, touches, "requeue 1 failed row(s)")
 		require.Equal(t, "Requeued 1 row(s).", done)
+		axe.check(t, ctx, "labeling /console/act (the result)")
 		// Billing applies the requeued event within the relay's next claim:
 		// waited for over plain HTTP, then seen in the browser.
 		quota := billingBase + "/console/?org=" + url.QueryEscape(org.String())
@@ -125,6 +195,12 @@ func TestConsoleInBrowser(t *testing.T) {
 			chromedp.Text(`#active-rules`, &rules, chromedp.ByQuery),
 		))
 		require.Equal(t, "1", rules)
+		axe.check(t, ctx, "billing /console/?org= (quota)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(billingBase+"/console/nats"),
+			chromedp.WaitVisible(`main p`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "billing /console/nats")
 	})
 
 	t.Run("a hostile row renders as text and runs no script", func(t *testing.T) {
@@ -147,5 +223,79 @@ func TestConsoleInBrowser(t *testing.T) {
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusForbidden, resp.StatusCode)
 		require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND failed_at IS NOT NULL`, hostile.String()))
+	})
+
+	t.Run("without credentials the console shows nothing and refuses a requeue", func(t *testing.T) {
+		// One more labeling, with authentication on (a test JWKS issuer).
+		iss := authtest.New(t)
+		authDB := "sqlite:" + filepath.Join(dir, "labeling-auth.db")
+		env := baseEnv(authDB)
+		delete(env, "AUTH_DISABLED")
+		env["AUTH_JWKS_URL"], env["AUTH_ISSUER"], env["AUTH_AUDIENCE"] = iss.JWKSURL(), authtest.IssuerURL, authtest.Audience
+		ap := proctest.Start(t, binary(t), env, "serve")
+		base := "http://" + ap.ListenAddr(t)
+		ready(t, client, base)
+		adb := dbtest.OpenSQLite(t, authDB)
+		secret, marker := uuid.Must(uuid.NewV7()), "operator-only-"+uuid.NewString()
+		adb.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, failed_at, last_error)
+			VALUES ($1, 'RuleActivated', $2, $3, $3, 10, $3, 'billing answered 503')`, secret.String(), `{"x":"`+marker+`"}`, now)
+		stillFailed := func() int {
+			return adb.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND failed_at IS NOT NULL`, secret.String())
+		}
+
+		// A browser of its own (cookies are per host, not per port).
+		bctx, cancelB := chromedp.NewContext(ctx, chromedp.WithNewBrowserContext())
+		defer cancelB()
+		var loc, body string
+		resp, err := chromedp.RunResponse(bctx, chromedp.Navigate(base+"/console/failed"))
+		require.NoError(t, err)
+		require.NoError(t, chromedp.Run(bctx,
+			chromedp.WaitVisible(`textarea#token`, chromedp.ByQuery),
+			chromedp.Location(&loc),
+			chromedp.Text(`body`, &body, chromedp.ByQuery),
+		))
+		require.Equal(t, base+"/console/login", loc)
+		require.Equal(t, int64(http.StatusOK), resp.Status)
+		require.NotContains(t, body, marker)
+		require.NotContains(t, body, secret.String())
+		axe.check(t, bctx, "labeling /console/login (authentication on)")
+
+		// The login page's CSRF token is valid: the POST lacks only a session.
+		resp, err = chromedp.RunResponse(bctx, chromedp.Evaluate(`(() => {
+			const f = document.createElement('form');
+			f.method = 'post';
+			f.action = '/console/act';
+			const add = (name, value) => {
+				const i = document.createElement('input');
+				i.type = 'hidden'; i.name = name; i.value = value;
+				f.appendChild(i);
+			};
+			add('csrf', document.querySelector('input[name=csrf]').value);
+			add('action', 'requeue');
+			add('id', '`+secret.String()+`');
+			document.body.appendChild(f);
+			f.submit();
+			return true;
+		})()`, nil))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusUnauthorized), resp.Status)
+		require.NoError(t, chromedp.Run(bctx, chromedp.Text(`body`, &body, chromedp.ByQuery)))
+		require.Contains(t, body, "sign in with an operator token")
+		require.Equal(t, 1, stillFailed())
+
+		// An operator token opens it: the refusals above were for want of one.
+		claims := authtest.Claims()
+		claims["scope"] = auth.OperatorScope
+		var link string
+		require.NoError(t, chromedp.Run(bctx,
+			chromedp.Navigate(base+"/console/login"),
+			chromedp.SetValue(`textarea#token`, iss.Token(t, claims), chromedp.ByQuery),
+			chromedp.Click(`form[action="/console/login"] button`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#state`, chromedp.ByQuery),
+			chromedp.Navigate(base+"/console/failed"),
+			chromedp.Text(`a[href="/console/rows/`+secret.String()+`"]`, &link, chromedp.ByQuery),
+		))
+		require.Equal(t, secret.String(), link)
+		require.Equal(t, 1, stillFailed())
 	})
 }
