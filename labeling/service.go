@@ -7,10 +7,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 )
 
 // Page limits of List.
@@ -23,16 +26,75 @@ const (
 // with its outbox event or not at all.
 type Service struct {
 	db     sqldb.DB
-	store  Store
-	events outbox.Store
+	run    runner
 	nudger outbox.Nudger
 }
 
-// NewService returns the use cases over db, with the rules store and the outbox
-// store of db's dialect. nudger is woken after every commit that appended an
-// event (the relay, or a test's counter).
-func NewService(db sqldb.DB, store Store, events outbox.Store, nudger outbox.Nudger) *Service {
-	return &Service{db: db, store: store, events: events, nudger: nudger}
+// NewService returns the use cases over db (the DB infra/database opened),
+// with the rules store and the outbox append of db's dialect, picked once
+// here. nudger is woken after every commit that appended an event (the relay,
+// or a test's counter).
+func NewService(db sqldb.DB, nudger outbox.Nudger) *Service {
+	return &Service{db: db, run: database.Pick(db, dialects), nudger: nudger}
+}
+
+// dialects are the use cases' statements per dialect.
+var dialects = database.Dialects[runner]{
+	Postgres: func(db *postgres.DB) runner { return bind(db, NewPostgresStore(), outbox.NewPostgresStore(db.Pool)) },
+	SQLite:   func(db *sqlite.DB) runner { return bind(db, NewSQLiteStore(), outbox.NewSQLiteStore(db)) },
+}
+
+// rulesTx is the statements of one use case's transaction, bound to its
+// executor: the rules store's and the outbox's append. Being bound, the use
+// cases are written once, without naming a dialect or handling a transaction.
+type rulesTx interface {
+	Insert(ctx context.Context, r Rule) (Rule, bool, error)
+	ByID(ctx context.Context, id RuleID) (Rule, bool, error)
+	Get(ctx context.Context, org OrgID, id RuleID) (Rule, error)
+	List(ctx context.Context, org OrgID, after uuid.UUID, limit int) ([]Rule, error)
+	SetActive(ctx context.Context, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error)
+	Append(ctx context.Context, event outbox.Event) (uuid.UUID, error)
+}
+
+// runner runs fn in a transaction (sqldb.Transactor.InTx) with its statements.
+type runner func(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error
+
+// bind is the runner of one dialect: the only place its TX is named.
+func bind[TX any](db sqldb.Transactor[TX], store Store[TX], events outbox.Appender[TX]) runner {
+	return func(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error {
+		return db.InTx(ctx, opts, func(tx TX) error { return fn(bound[TX]{tx: tx, store: store, events: events}) })
+	}
+}
+
+// bound is rulesTx on one transaction of the dialect TX.
+type bound[TX any] struct {
+	tx     TX
+	store  Store[TX]
+	events outbox.Appender[TX]
+}
+
+func (b bound[TX]) Insert(ctx context.Context, r Rule) (Rule, bool, error) {
+	return b.store.Insert(ctx, b.tx, r)
+}
+
+func (b bound[TX]) ByID(ctx context.Context, id RuleID) (Rule, bool, error) {
+	return b.store.ByID(ctx, b.tx, id)
+}
+
+func (b bound[TX]) Get(ctx context.Context, org OrgID, id RuleID) (Rule, error) {
+	return b.store.Get(ctx, b.tx, org, id)
+}
+
+func (b bound[TX]) List(ctx context.Context, org OrgID, after uuid.UUID, limit int) ([]Rule, error) {
+	return b.store.List(ctx, b.tx, org, after, limit)
+}
+
+func (b bound[TX]) SetActive(ctx context.Context, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error) {
+	return b.store.SetActive(ctx, b.tx, org, id, active, now)
+}
+
+func (b bound[TX]) Append(ctx context.Context, event outbox.Event) (uuid.UUID, error) {
+	return outbox.Append(ctx, b.events, b.tx, event)
 }
 
 // Create stores org's new rule n. created is true when this call stored it; when
@@ -41,8 +103,8 @@ func NewService(db sqldb.DB, store Store, events outbox.Store, nudger outbox.Nud
 // fault.Conflict whose reason is "rule_id_conflict".
 func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, created bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		rule, created, err = s.store.Insert(ctx, tx, Rule{
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx rulesTx) error {
+		rule, created, err = tx.Insert(ctx, Rule{
 			ID: n.ID, OrgID: org, Name: n.Name, Pattern: n.Pattern, Label: n.Label,
 			CreatedAt: now, UpdatedAt: now,
 		})
@@ -51,7 +113,7 @@ func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, 
 		}
 		// The conflicting row is committed (ON CONFLICT waited for it) and this is
 		// a new statement, so it is visible here. Rules are never deleted.
-		existing, found, err := s.store.ByID(ctx, tx, n.ID)
+		existing, found, err := tx.ByID(ctx, n.ID)
 		switch {
 		case err != nil:
 			return err
@@ -75,8 +137,8 @@ func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, 
 
 // Get returns org's rule id; fault.NotFound when absent or another org's.
 func (s *Service) Get(ctx context.Context, org OrgID, id RuleID) (rule Rule, err error) {
-	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
-		rule, err = s.store.Get(ctx, tx, org, id)
+	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx rulesTx) error {
+		rule, err = tx.Get(ctx, org, id)
 		return err
 	})
 	return rule, err
@@ -100,11 +162,11 @@ func (s *Service) List(ctx context.Context, org OrgID, after *RuleID, limit int)
 		from = after.UUID()
 	}
 	var rules []Rule
-	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
+	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx rulesTx) error {
 		var err error
 		// One row more than asked tells whether a next page exists, so a client
 		// never fetches an empty last page.
-		rules, err = s.store.List(ctx, tx, org, from, limit+1)
+		rules, err = tx.List(ctx, org, from, limit+1)
 		return err
 	})
 	if err != nil {
@@ -152,21 +214,21 @@ func (s *Service) Deactivate(ctx context.Context, org OrgID, id RuleID) (Rule, e
 
 func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bool) (rule Rule, changed bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		rule, changed, err = s.store.SetActive(ctx, tx, org, id, active, now)
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx rulesTx) error {
+		rule, changed, err = tx.SetActive(ctx, org, id, active, now)
 		if err != nil {
 			return err
 		}
 		if !changed {
 			// Already in that state, absent, or another org's: read to tell which.
-			rule, err = s.store.Get(ctx, tx, org, id)
+			rule, err = tx.Get(ctx, org, id)
 			return err
 		}
 		var event outbox.Event = RuleActivated{OrgID: org.UUID(), RuleID: id.UUID()}
 		if !active {
 			event = RuleDeactivated{OrgID: org.UUID(), RuleID: id.UUID()}
 		}
-		_, err = outbox.Append(ctx, s.events, tx, event)
+		_, err = tx.Append(ctx, event)
 		return err
 	})
 	if err != nil {
@@ -181,8 +243,8 @@ func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bo
 // inTx runs fn in a transaction and classifies what failed: a *fault.Error from fn
 // passes through, an unreachable database is Unavailable (503, the client retries),
 // anything else is Internal.
-func (s *Service) inTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) error) error {
-	err := s.db.InTx(ctx, opts, fn)
+func (s *Service) inTx(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error {
+	err := s.run(ctx, opts, fn)
 	var fe *fault.Error
 	switch {
 	case err == nil:
