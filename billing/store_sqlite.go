@@ -144,17 +144,25 @@ func (sqliteStore) InsertNATSFailed(ctx context.Context, tx sqlite.Tx, f NATSFai
 	return nil
 }
 
+// read runs fn in a read-only transaction (on a reader, beside the writer),
+// whose executor bounds its statements as every transaction's does.
+func (s sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error {
+	return s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, fn)
+}
+
 // ListNATSFailed reads billing_nats_failed on a reader.
 func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
-		FROM billing_nats_failed ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list nats failed: %w", err)
-	}
-	out, err := sqliteNATSFailed(rows)
+	var out []NATSFailed
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+			FROM billing_nats_failed ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		out, err = sqliteNATSFailed(rows)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
 	}
@@ -203,9 +211,9 @@ func (sqliteStore) SetNATSFailedReason(ctx context.Context, tx sqlite.Tx, id int
 
 // NATSFailedSize counts the records and their payload bytes.
 func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	err = s.db.Read.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	err = s.read(ctx, func(tx sqlite.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("nats failed size: %w", err)
 	}
@@ -214,15 +222,17 @@ func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err
 
 // OldestNATSFailed returns up to limit records after the id after, oldest first.
 func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
-		FROM billing_nats_failed WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("oldest nats failed: %w", err)
-	}
-	out, err := sqliteNATSFailed(rows)
+	var out []NATSFailed
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+			FROM billing_nats_failed WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+		if err != nil {
+			return err
+		}
+		out, err = sqliteNATSFailed(rows)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("oldest nats failed: %w", err)
 	}

@@ -165,15 +165,21 @@ func (s *sqliteStore) OpenRelay(int) (RelayStore, error) { return s, nil }
 // Close does nothing: the relay has no connections of its own.
 func (s *sqliteStore) Close(context.Context) {}
 
+// read runs fn in a read-only transaction (on a reader, beside the writer),
+// whose executor bounds its statements as every transaction's does.
+func (s *sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error {
+	return s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, fn)
+}
+
 // Backlog reads the oldest pending row and the failed count on a reader.
 func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
 	var oldest sql.NullInt64
 	var failed int64
-	err := s.db.Read.QueryRowContext(ctx, `
-		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		return tx.QueryRow(ctx, `
+			SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
+			       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -185,25 +191,29 @@ func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
 
 // Failed lists the dead letter on a reader.
 func (s *sqliteStore) Failed(ctx context.Context) ([]FailedRow, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
-		FROM outbox_events WHERE failed_at IS NOT NULL
-		ORDER BY failed_at, id`)
+	var out []FailedRow
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+			FROM outbox_events WHERE failed_at IS NOT NULL
+			ORDER BY failed_at, id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var f FailedRow
+			if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError); err != nil {
+				return err
+			}
+			out = append(out, f)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []FailedRow
-	for rows.Next() {
-		var f FailedRow
-		if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError); err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // idList is ids as a JSON array of lowercase UUID text, for json_each: one

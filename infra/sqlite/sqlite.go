@@ -341,8 +341,8 @@ func (db *DB) Close() error {
 // Dialect is sqldb.SQLite.
 func (*DB) Dialect() sqldb.Dialect { return sqldb.SQLite }
 
-// Bound returns ctx bounded by the statement timeout.
-func (db *DB) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+// bound returns ctx bounded by the statement timeout.
+func (db *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if db.bounds.StatementTimeout <= 0 {
 		return context.WithCancel(ctx)
 	}
@@ -356,7 +356,7 @@ func (db *DB) InTx(ctx context.Context, opts sqldb.TxOptions, fn func(Tx) error)
 	if opts.ReadOnly {
 		pool = db.Read
 	}
-	ctx, cancel := db.Bound(ctx)
+	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	tx, err := pool.BeginTx(ctx, nil)
 	if err != nil {
