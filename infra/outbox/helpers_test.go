@@ -115,12 +115,8 @@ type appendFunc func(outbox.Event) (uuid.UUID, error)
 // inAppendTx runs fn in a transaction of db's dialect (committed when fn
 // returns nil), handing it the append of that dialect's store bound to the
 // transaction, as a use case's transaction appends.
-func inAppendTx(ctx context.Context, db any, fn func(appendFunc) error) error {
-	d, ok := db.(*dbtest.DB)
-	if !ok {
-		d = &dbtest.DB{DB: postgres.NewDB(db.(*pgxpool.Pool))}
-	}
-	return database.Pick(d.DB, database.Dialects[error]{
+func inAppendTx(ctx context.Context, db *dbtest.DB, fn func(appendFunc) error) error {
+	return database.Pick(db.DB, database.Dialects[error]{
 		Postgres: func(db *postgres.DB) error { return appendIn(ctx, db, outbox.NewPostgresStore(db.Pool), fn) },
 		SQLite:   func(db *sqlite.DB) error { return appendIn(ctx, db, outbox.NewSQLiteStore(db), fn) },
 	})
