@@ -316,7 +316,7 @@ func (b *bench) projectLatency(ctx context.Context, rate int) (latency, error) {
 // Activate and Deactivate, which nudge the relay themselves.
 func (b *bench) producer(ctx context.Context, lab *labelingDB, relay relayHandle) (func(ctx context.Context, r int, active bool) error, func(), error) {
 	if lab.pool == nil {
-		svc := labeling.NewService(lab.port, labeling.NewStore(lab.port), lab.store, relay.Relay)
+		svc := labeling.NewService(lab.port, relay.Relay)
 		return func(ctx context.Context, r int, active bool) error {
 			org, err := labeling.ParseOrgID(orgID(r % orgs).String())
 			if err != nil {

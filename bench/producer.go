@@ -67,9 +67,9 @@ func activate(ctx context.Context, pool *pgxpool.Pool, r int, active bool) (bool
 		changed = true
 		var err error
 		if active {
-			_, err = outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, labeling.RuleActivated{OrgID: org, RuleID: id})
+			_, err = outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.TxOf(tx), labeling.RuleActivated{OrgID: org, RuleID: id})
 		} else {
-			_, err = outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, labeling.RuleDeactivated{OrgID: org, RuleID: id})
+			_, err = outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.TxOf(tx), labeling.RuleDeactivated{OrgID: org, RuleID: id})
 		}
 		return err
 	})

@@ -79,9 +79,8 @@ func TestBillingConsole(t *testing.T) {
 		org := uuid.New()
 		_, err := svc.Apply(context.Background(), billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1})
 		require.NoError(t, err)
-		store := billing.NewStore(db.DB)
-		require.NoError(t, db.InTx(context.Background(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-			return store.InsertNATSFailed(context.Background(), tx, billing.NATSFailed{
+		require.NoError(t, svc.InTx(context.Background(), func(tx billing.Tx) error {
+			return tx.InsertNATSFailed(context.Background(), billing.NATSFailed{
 				StreamSeq: 7, StoredAt: 1, Subject: "labeling.events.RuleActivated", MsgID: "m-7",
 				Payload: []byte(`{}`), Reason: `<img src=x onerror=alert(1)>`, Deliveries: 3, FailedAt: time.Now().UnixMilli(),
 			})

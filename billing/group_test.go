@@ -459,9 +459,10 @@ func TestSQLiteNATSFailedPayloadIsABlob(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, sqldb.SQLite, migrations.Billing)
 	store := billing.NewStore(db.DB)
+	svc := billing.NewService(db.DB, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	payload := []byte{0x00, 0xff, '{', '}'}
-	require.NoError(t, db.InTx(t.Context(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		return store.InsertNATSFailed(t.Context(), tx, billing.NATSFailed{StreamSeq: 7, StoredAt: 1, Subject: "s", MsgID: "m", Payload: payload, Reason: "r", Deliveries: 1, FailedAt: 2})
+	require.NoError(t, svc.InTx(t.Context(), func(tx billing.Tx) error {
+		return tx.InsertNATSFailed(t.Context(), billing.NATSFailed{StreamSeq: 7, StoredAt: 1, Subject: "s", MsgID: "m", Payload: payload, Reason: "r", Deliveries: 1, FailedAt: 2})
 	}))
 	var kind string
 	require.NoError(t, db.QueryRow(`SELECT typeof(payload) FROM billing_nats_failed`).Scan(&kind))

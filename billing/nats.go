@@ -135,8 +135,8 @@ func (s *Service) handleNATS(ctx context.Context, m stream.Message) error {
 // deadLetter records m with reason and returns the error that terminates it, or,
 // when the record cannot be written, an ordinary error so the message comes back.
 func (s *Service) deadLetter(ctx context.Context, m stream.Message, reason string) error {
-	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		return s.store.InsertNATSFailed(ctx, tx, NATSFailed{
+	err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
+		return tx.InsertNATSFailed(ctx, NATSFailed{
 			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
 			Signature: &m.Signature,
 			Reason:    clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
@@ -244,8 +244,8 @@ func (s *Service) prune(ctx context.Context, b *bound) {
 			if f.Signature != nil && stream.VerifyAny(b.keys, f.Subject, f.MsgID, f.Payload, *f.Signature) == nil {
 				continue
 			}
-			if err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-				return s.store.DeleteNATSFailed(ctx, tx, f.ID)
+			if err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
+				return tx.DeleteNATSFailed(ctx, f.ID)
 			}); err != nil {
 				s.logger.Warn("billing_nats_failed bound not kept", "error", err)
 				return

@@ -95,8 +95,8 @@ func (s *Service) ReplayNATSFailed(ctx context.Context, keys [][]byte, ids []int
 			reason += ": " + why
 		}
 		reason = clip(strings.ToValidUTF8(reason+"; recorded: "+originalReason(f.Reason), "\uFFFD"), 1000)
-		if err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-			return s.store.SetNATSFailedReason(ctx, tx, f.ID, reason)
+		if err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
+			return tx.SetNATSFailedReason(ctx, f.ID, reason)
 		}); err != nil {
 			return rep, s.classify(err)
 		}
@@ -134,8 +134,8 @@ func (s *Service) replayOne(ctx context.Context, keys [][]byte, f NATSFailed) (c
 		return "", "", err
 	}
 	// Applied (or found applied): only now the record goes.
-	if err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		return s.store.DeleteNATSFailed(ctx, tx, f.ID)
+	if err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
+		return tx.DeleteNATSFailed(ctx, f.ID)
 	}); err != nil {
 		return "", "", s.classify(err)
 	}

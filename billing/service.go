@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/sqldb"
@@ -40,7 +41,8 @@ const DefaultApplyGroupMax = 100
 // Service applies delivered events and answers quota reads.
 type Service struct {
 	db       sqldb.DB
-	store    Store
+	store    Store  // the statements that run on their own
+	run      runner // a transaction and the statements bound to it
 	logger   *slog.Logger
 	groupMax int                     // events applied in one transaction at most; 1: one transaction per event
 	handlers map[string]EventHandler // by type: the only types Decode and Apply accept
@@ -100,7 +102,8 @@ func Handling(handlers ...EventHandler) Option {
 // DefaultApplyGroupMax unless opts say otherwise. It panics when two handlers
 // share a type or one has no type: a defect that must not pick a winner.
 func NewService(db sqldb.DB, logger *slog.Logger, opts ...Option) *Service {
-	s := &Service{db: db, store: NewStore(db), logger: logger, groupMax: DefaultApplyGroupMax}
+	d := database.Pick(db, dialects)
+	s := &Service{db: db, store: d.store, run: d.run, logger: logger, groupMax: DefaultApplyGroupMax}
 	for _, o := range opts {
 		o(s)
 	}
@@ -241,20 +244,20 @@ func (s *Service) commit(ctx context.Context, events []Event) (map[uuid.UUID]boo
 	}
 }
 
-// applyOnce runs Store.Apply. In a normal build it runs as its own
-// transaction (on PostgreSQL one statement on the pool: one round trip),
+// applyOnce applies events. In a normal build it runs as its own
+// transaction, Store.ApplyOwn (on PostgreSQL one statement on the pool: one round trip),
 // committed when it returns, and a crash before its answer leaves either the whole group or
 // none of it. A failpoints build wraps it in an explicit transaction so that
 // billing.events.before-commit has a place between the writes and the commit.
 func (s *Service) applyOnce(ctx context.Context, events []Event) (map[uuid.UUID]bool, error) {
 	now := time.Now().UnixMilli()
 	if !failpoint.Enabled {
-		return s.store.Apply(ctx, nil, events, now)
+		return s.store.ApplyOwn(ctx, events, now)
 	}
 	var fresh map[uuid.UUID]bool
-	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+	err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
 		var err error
-		if fresh, err = s.store.Apply(ctx, tx, events, now); err != nil {
+		if fresh, err = tx.Apply(ctx, events, now); err != nil {
 			return err
 		}
 		return failpoint.Inject(failpoint.BillingEventsBeforeCommit)
@@ -268,9 +271,9 @@ func (s *Service) applyOnce(ctx context.Context, events []Event) (map[uuid.UUID]
 // Quota returns org's quota; an org no event has touched has 0 active rules.
 func (s *Service) Quota(ctx context.Context, org uuid.UUID) (Quota, error) {
 	var n int64
-	err := s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
+	err := s.run(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx billingTx) error {
 		var err error
-		n, err = s.store.ActiveRules(ctx, tx, org)
+		n, err = tx.ActiveRules(ctx, org)
 		return err
 	})
 	if err != nil {

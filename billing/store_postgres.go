@@ -10,11 +10,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/infra/postgres"
-	"github.com/acme/outboxpair/infra/sqldb"
 )
 
-// pgStore is Store on PostgreSQL.
+// pgStore is the store on PostgreSQL.
 type pgStore struct{ pool *pgxpool.Pool }
+
+var _ DialectStore[postgres.Tx] = pgStore{}
+
+// NewPostgresStore returns the billing store of a PostgreSQL pool (its own
+// transactions run on it).
+func NewPostgresStore(pool *pgxpool.Pool) DialectStore[postgres.Tx] { return pgStore{pool: pool} }
 
 // applySQL applies a group of events in ONE statement (so, without an explicit
 // transaction, in one round trip and one commit). Each event's receipt is
@@ -50,25 +55,30 @@ const applySQL = `
 	)
 	SELECT event_id FROM fresh`
 
-// Apply applies events (distinct ids) in one statement (in stx, or on the
-// pool as its own transaction when stx is nil) and returns the ids
+// Apply applies events (distinct ids) in one statement in tx and returns the ids
 // whose receipt is new, the events it applied; the others were applied before
 // and changed nothing. A concurrent insert of the same id waits for the other
 // transaction: if that one commits, this one sees the conflict and leaves the
 // event out. The receipt and the change are one statement, so a receipt can never
 // be claimed apart from its effect (which would turn a crash into a lost event).
-func (s pgStore) Apply(ctx context.Context, stx sqldb.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+func (pgStore) Apply(ctx context.Context, tx postgres.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	return pgApply(ctx, tx, events, now)
+}
+
+// ApplyOwn runs Apply's one statement on the pool: a transaction of its own.
+func (s pgStore) ApplyOwn(ctx context.Context, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	return pgApply(ctx, s.pool, events, now)
+}
+
+// pgApply runs applySQL on q, the pool or a transaction.
+func pgApply(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, events []Event, now int64) (map[uuid.UUID]bool, error) {
 	ids := make([]uuid.UUID, len(events))
 	orgs := make([]uuid.UUID, len(events))
 	deltas := make([]int64, len(events))
 	for i, e := range events {
 		ids[i], orgs[i], deltas[i] = e.ID, e.OrgID, e.Delta
-	}
-	var q interface {
-		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	} = s.pool
-	if stx != nil {
-		q = postgres.Unwrap(stx)
 	}
 	rows, err := q.Query(ctx, applySQL, ids, orgs, deltas, now)
 	if err != nil {
@@ -87,9 +97,9 @@ func (s pgStore) Apply(ctx context.Context, stx sqldb.Tx, events []Event, now in
 }
 
 // ActiveRules returns org's active rules, 0 for an org no event has touched.
-func (pgStore) ActiveRules(ctx context.Context, stx sqldb.Tx, org uuid.UUID) (int64, error) {
+func (pgStore) ActiveRules(ctx context.Context, tx postgres.Tx, org uuid.UUID) (int64, error) {
 	var n int64
-	err := postgres.Unwrap(stx).QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n)
+	err := tx.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -117,8 +127,8 @@ func (s pgStore) DeleteReceipts(ctx context.Context, before int64, limit int) (i
 // InsertNATSFailed records a terminated message once: a redelivery of it (its
 // term was lost) adds nothing, another message at the same sequence of a
 // recreated stream (stored at another time) is recorded beside it.
-func (pgStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFailed) error {
-	_, err := postgres.Unwrap(stx).Exec(ctx, `
+func (pgStore) InsertNATSFailed(ctx context.Context, tx postgres.Tx, f NATSFailed) error {
+	_, err := tx.Exec(ctx, `
 		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
@@ -153,16 +163,16 @@ func pgNATSFailed(r pgx.CollectableRow) (NATSFailed, error) {
 }
 
 // DeleteNATSFailed deletes the record id; one already gone is no error.
-func (pgStore) DeleteNATSFailed(ctx context.Context, stx sqldb.Tx, id int64) error {
-	if _, err := postgres.Unwrap(stx).Exec(ctx, `DELETE FROM billing_nats_failed WHERE id = $1`, id); err != nil {
+func (pgStore) DeleteNATSFailed(ctx context.Context, tx postgres.Tx, id int64) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM billing_nats_failed WHERE id = $1`, id); err != nil {
 		return fmt.Errorf("delete nats failed: %w", err)
 	}
 	return nil
 }
 
 // SetNATSFailedReason replaces the reason of the record id; one gone is no error.
-func (pgStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int64, reason string) error {
-	if _, err := postgres.Unwrap(stx).Exec(ctx, `UPDATE billing_nats_failed SET reason = $1 WHERE id = $2`, reason, id); err != nil {
+func (pgStore) SetNATSFailedReason(ctx context.Context, tx postgres.Tx, id int64, reason string) error {
+	if _, err := tx.Exec(ctx, `UPDATE billing_nats_failed SET reason = $1 WHERE id = $2`, reason, id); err != nil {
 		return fmt.Errorf("set nats failed reason: %w", err)
 	}
 	return nil

@@ -20,33 +20,41 @@ import (
 // always the other's committed one.
 type sqliteStore struct{ db *sqlite.DB }
 
+var _ DialectStore[sqlite.Tx] = sqliteStore{}
+
+// NewSQLiteStore returns the billing store of a SQLite database (its own
+// transactions run on it).
+func NewSQLiteStore(db *sqlite.DB) DialectStore[sqlite.Tx] { return sqliteStore{db: db} }
+
 // Apply inserts each receipt (in event id order) and adds the deltas of the
-// new ones, summed per org, to billing_quota (in org id order), all in one
-// transaction: tx, or one of its own when tx is nil. The count is not clamped:
-// only the plain sum converges without an order.
-func (s sqliteStore) Apply(ctx context.Context, stx sqldb.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
-	var fresh map[uuid.UUID]bool
-	apply := func(tx sqldb.Tx) error {
-		var err error
-		fresh, err = sqliteApply(sqlite.Context(ctx, tx), sqlite.Unwrap(tx), events, now)
-		return err
-	}
-	var err error
-	if stx != nil {
-		err = apply(stx)
-	} else {
-		err = s.db.InTx(ctx, sqldb.TxOptions{}, apply)
-	}
+// new ones, summed per org, to billing_quota (in org id order), all in tx. The
+// count is not clamped: only the plain sum converges without an order.
+func (sqliteStore) Apply(ctx context.Context, tx sqlite.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	fresh, err := sqliteApply(ctx, tx, events, now)
 	if err != nil {
 		return nil, fmt.Errorf("apply events: %w", err)
 	}
 	return fresh, nil
 }
 
-func sqliteApply(ctx context.Context, tx *sql.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
+// ApplyOwn is Apply in a write transaction of its own.
+func (s sqliteStore) ApplyOwn(ctx context.Context, events []Event, now int64) (map[uuid.UUID]bool, error) {
+	var fresh map[uuid.UUID]bool
+	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqlite.Tx) error {
+		var err error
+		fresh, err = sqliteApply(ctx, tx, events, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply events: %w", err)
+	}
+	return fresh, nil
+}
+
+func sqliteApply(ctx context.Context, tx sqlite.Tx, events []Event, now int64) (map[uuid.UUID]bool, error) {
 	sorted := slices.Clone(events)
 	slices.SortFunc(sorted, func(a, b Event) int { return cmp.Compare(a.ID.String(), b.ID.String()) })
-	receipt, err := tx.PrepareContext(ctx, `
+	receipt, err := tx.Prepare(ctx, `
 		INSERT INTO billing_receipts (event_id, created_at) VALUES (?1, ?2)
 		ON CONFLICT DO NOTHING`)
 	if err != nil {
@@ -56,7 +64,7 @@ func sqliteApply(ctx context.Context, tx *sql.Tx, events []Event, now int64) (ma
 	fresh := make(map[uuid.UUID]bool, len(events))
 	deltas := map[uuid.UUID]int64{}
 	for _, e := range sorted {
-		res, err := receipt.ExecContext(ctx, e.ID, now)
+		res, err := receipt.Exec(ctx, e.ID, now)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +83,7 @@ func sqliteApply(ctx context.Context, tx *sql.Tx, events []Event, now int64) (ma
 	}
 	slices.SortFunc(orgs, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
 	for _, org := range orgs {
-		_, err := tx.ExecContext(ctx, `
+		_, err := tx.Exec(ctx, `
 			INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES (?1, ?2, ?3)
 			ON CONFLICT (org_id) DO UPDATE
 			SET active_rules = billing_quota.active_rules + excluded.active_rules,
@@ -88,9 +96,9 @@ func sqliteApply(ctx context.Context, tx *sql.Tx, events []Event, now int64) (ma
 }
 
 // ActiveRules reads org's count in tx.
-func (sqliteStore) ActiveRules(ctx context.Context, stx sqldb.Tx, org uuid.UUID) (int64, error) {
+func (sqliteStore) ActiveRules(ctx context.Context, tx sqlite.Tx, org uuid.UUID) (int64, error) {
 	var n int64
-	err := sqlite.Unwrap(stx).QueryRowContext(sqlite.Context(ctx, stx), `SELECT active_rules FROM billing_quota WHERE org_id = ?1`, org).Scan(&n)
+	err := tx.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = ?1`, org).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -103,8 +111,8 @@ func (sqliteStore) ActiveRules(ctx context.Context, stx sqldb.Tx, org uuid.UUID)
 // DeleteReceipts deletes a bounded batch through billing_receipts_created_at_idx.
 func (s sqliteStore) DeleteReceipts(ctx context.Context, before int64, limit int) (int64, error) {
 	var n int64
-	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		res, err := sqlite.Unwrap(tx).ExecContext(sqlite.Context(ctx, tx), `
+	err := s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqlite.Tx) error {
+		res, err := tx.Exec(ctx, `
 			DELETE FROM billing_receipts
 			WHERE event_id IN (SELECT event_id FROM billing_receipts WHERE created_at < ?1 LIMIT ?2)`, before, limit)
 		if err != nil {
@@ -120,12 +128,12 @@ func (s sqliteStore) DeleteReceipts(ctx context.Context, before int64, limit int
 }
 
 // InsertNATSFailed records f once; payload is a BLOB.
-func (sqliteStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFailed) error {
+func (sqliteStore) InsertNATSFailed(ctx context.Context, tx sqlite.Tx, f NATSFailed) error {
 	payload := f.Payload
 	if payload == nil {
 		payload = []byte{} // NOT NULL: an empty body is an empty BLOB
 	}
-	_, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `
+	_, err := tx.Exec(ctx, `
 		INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 		ON CONFLICT (stream_seq, stored_at) DO NOTHING`,
@@ -136,17 +144,25 @@ func (sqliteStore) InsertNATSFailed(ctx context.Context, stx sqldb.Tx, f NATSFai
 	return nil
 }
 
+// read runs fn in a read-only transaction (on a reader, beside the writer),
+// whose executor bounds its statements as every transaction's does.
+func (s sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error {
+	return s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, fn)
+}
+
 // ListNATSFailed reads billing_nats_failed on a reader.
 func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
-		FROM billing_nats_failed ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list nats failed: %w", err)
-	}
-	out, err := sqliteNATSFailed(rows)
+	var out []NATSFailed
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+			FROM billing_nats_failed ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		out, err = sqliteNATSFailed(rows)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list nats failed: %w", err)
 	}
@@ -178,16 +194,16 @@ func sqliteNATSFailed(rows *sql.Rows) ([]NATSFailed, error) {
 }
 
 // DeleteNATSFailed deletes the record id; one already gone is no error.
-func (sqliteStore) DeleteNATSFailed(ctx context.Context, stx sqldb.Tx, id int64) error {
-	if _, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `DELETE FROM billing_nats_failed WHERE id = ?1`, id); err != nil {
+func (sqliteStore) DeleteNATSFailed(ctx context.Context, tx sqlite.Tx, id int64) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM billing_nats_failed WHERE id = ?1`, id); err != nil {
 		return fmt.Errorf("delete nats failed: %w", err)
 	}
 	return nil
 }
 
 // SetNATSFailedReason replaces the reason of the record id; one gone is no error.
-func (sqliteStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int64, reason string) error {
-	if _, err := sqlite.Unwrap(stx).ExecContext(sqlite.Context(ctx, stx), `UPDATE billing_nats_failed SET reason = ?1 WHERE id = ?2`, reason, id); err != nil {
+func (sqliteStore) SetNATSFailedReason(ctx context.Context, tx sqlite.Tx, id int64, reason string) error {
+	if _, err := tx.Exec(ctx, `UPDATE billing_nats_failed SET reason = ?1 WHERE id = ?2`, reason, id); err != nil {
 		return fmt.Errorf("set nats failed reason: %w", err)
 	}
 	return nil
@@ -195,9 +211,9 @@ func (sqliteStore) SetNATSFailedReason(ctx context.Context, stx sqldb.Tx, id int
 
 // NATSFailedSize counts the records and their payload bytes.
 func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	err = s.db.Read.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	err = s.read(ctx, func(tx sqlite.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM billing_nats_failed`).Scan(&rows, &bytes)
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("nats failed size: %w", err)
 	}
@@ -206,15 +222,17 @@ func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err
 
 // OldestNATSFailed returns up to limit records after the id after, oldest first.
 func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
-		FROM billing_nats_failed WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("oldest nats failed: %w", err)
-	}
-	out, err := sqliteNATSFailed(rows)
+	var out []NATSFailed
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature
+			FROM billing_nats_failed WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+		if err != nil {
+			return err
+		}
+		out, err = sqliteNATSFailed(rows)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("oldest nats failed: %w", err)
 	}

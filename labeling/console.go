@@ -77,7 +77,7 @@ func NewConsole(cfg ConsoleConfig, db sqldb.DB, store outbox.Store, verifier *au
 	if err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg, q: consoleQueries{db: db}, store: store, ui: ui}, nil
+	return &Console{cfg: cfg, q: newConsoleQueries(db), store: store, ui: ui}, nil
 }
 
 // Register adds the console's routes to e.

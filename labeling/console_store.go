@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
@@ -28,7 +29,29 @@ const countCap = 10000
 
 var errNoRow = errors.New("no such row")
 
-type consoleQueries struct{ db sqldb.DB }
+// consoleQueries are the console's reads on one dialect, picked once by
+// newConsoleQueries.
+type consoleQueries struct {
+	db sqldb.DB
+	// run runs stmt (in its PostgreSQL form) in a read-only transaction and
+	// calls fn with its rows.
+	run func(ctx context.Context, stmt string, args []any, fn func(scanner) error) error
+	// inJSON is the dialect's "the ids of the JSON array $1" (a subquery).
+	inJSON string
+}
+
+func newConsoleQueries(db sqldb.DB) consoleQueries {
+	q := database.Pick(db, database.Dialects[consoleQueries]{
+		Postgres: func(d *postgres.DB) consoleQueries {
+			return consoleQueries{run: pgQuery(d), inJSON: `SELECT jsonb_array_elements_text($1::jsonb)::uuid`}
+		},
+		SQLite: func(d *sqlite.DB) consoleQueries {
+			return consoleQueries{run: sqliteQuery(d), inJSON: `SELECT value FROM json_each($1)`}
+		},
+	})
+	q.db = db
+	return q
+}
 
 // Counts is the overview's figures, each at most countCap+1 (shown "10000+").
 type Counts struct {
@@ -71,26 +94,34 @@ var sqliteForm = strings.NewReplacer("::text", "", "::uuid", "", "strpos(", "ins
 
 // query runs stmt in a read-only transaction of db's dialect and calls fn with its rows.
 func (q consoleQueries) query(ctx context.Context, stmt string, args []any, fn func(scanner) error) error {
-	return q.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
-		switch tx.Dialect() {
-		case sqldb.Postgres:
-			rows, err := postgres.Unwrap(tx).Query(ctx, stmt, args...)
+	return q.run(ctx, stmt, args, fn)
+}
+
+func pgQuery(db *postgres.DB) func(context.Context, string, []any, func(scanner) error) error {
+	return func(ctx context.Context, stmt string, args []any, fn func(scanner) error) error {
+		return db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx postgres.Tx) error {
+			rows, err := tx.Query(ctx, stmt, args...)
 			if err != nil {
 				return err
 			}
 			defer rows.Close()
 			return fn(pgRows{rows})
-		default:
-			stmt = numbered.ReplaceAllString(stmt, "?$1")
-			stmt = sqliteForm.Replace(stmt)
-			rows, err := sqlite.Unwrap(tx).QueryContext(sqlite.Context(ctx, tx), stmt, args...)
+		})
+	}
+}
+
+func sqliteQuery(db *sqlite.DB) func(context.Context, string, []any, func(scanner) error) error {
+	return func(ctx context.Context, stmt string, args []any, fn func(scanner) error) error {
+		stmt = sqliteForm.Replace(numbered.ReplaceAllString(stmt, "?$1"))
+		return db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error {
+			rows, err := tx.Query(ctx, stmt, args...)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = rows.Close() }()
 			return fn(rows)
-		}
-	})
+		})
+	}
 }
 
 type pgRows struct{ pgx.Rows }
@@ -264,10 +295,7 @@ func (q consoleQueries) failedIDsOfTag(ctx context.Context, tag string, limit in
 // failedAmong is the ids among ids that name failed rows.
 func (q consoleQueries) failedAmong(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
 	b, _ := json.Marshal(ids) // uuid.UUID marshals as its canonical text
-	if q.db.Dialect() == sqldb.Postgres {
-		return q.ids(ctx, `SELECT id::text FROM outbox_events WHERE failed_at IS NOT NULL AND id IN (SELECT jsonb_array_elements_text($1::jsonb)::uuid) ORDER BY failed_at, id`, string(b))
-	}
-	return q.ids(ctx, `SELECT id FROM outbox_events WHERE failed_at IS NOT NULL AND id IN (SELECT value FROM json_each($1)) ORDER BY failed_at, id`, string(b))
+	return q.ids(ctx, `SELECT id::text FROM outbox_events WHERE failed_at IS NOT NULL AND id IN (`+q.inJSON+`) ORDER BY failed_at, id`, string(b))
 }
 
 func (q consoleQueries) ids(ctx context.Context, stmt string, args ...any) ([]uuid.UUID, error) {

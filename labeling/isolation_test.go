@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
@@ -26,7 +25,7 @@ func TestCreateUnderRepeatableReadDefault(t *testing.T) {
 	pool, err := postgres.Open(ctx, db.URL) // new connections: they see the new default
 	require.NoError(t, err)
 	defer pool.Close()
-	svc := NewService(postgres.NewDB(pool), NewStore(postgres.NewDB(pool)), outbox.NewPostgresStore(pool), &countingNudger{})
+	svc := NewService(postgres.NewDB(pool), &countingNudger{})
 
 	org, _ := ParseOrgID(uuid.NewString())
 	n, err := NewRuleFrom(uuid.NewString(), "n", "p", "l")

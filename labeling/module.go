@@ -7,10 +7,11 @@ import (
 	"github.com/acme/outboxpair/infra/auth"
 )
 
-// Module provides the store, the use cases and the handlers, and registers the
-// routes on the app's echo instance. The app supplies *pgxpool.Pool, an
-// outbox.Nudger, *echo.Echo and the *auth.Guard of its org routes.
+// Module provides the use cases (with the stores of the database's dialect)
+// and the handlers, and registers the routes on the app's echo instance. The
+// app supplies the sqldb.DB, an outbox.Nudger, *echo.Echo and the *auth.Guard
+// of its org routes.
 var Module = fx.Module("labeling",
-	fx.Provide(NewStore, NewService, NewHandler),
+	fx.Provide(NewService, NewHandler),
 	fx.Invoke(func(e *echo.Echo, h *Handler, g *auth.Guard) { h.Register(e, g) }),
 )

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/outbox"
@@ -23,16 +24,16 @@ const (
 // with its outbox event or not at all.
 type Service struct {
 	db     sqldb.DB
-	store  Store
-	events outbox.Store
+	run    runner
 	nudger outbox.Nudger
 }
 
-// NewService returns the use cases over db, with the rules store and the outbox
-// store of db's dialect. nudger is woken after every commit that appended an
-// event (the relay, or a test's counter).
-func NewService(db sqldb.DB, store Store, events outbox.Store, nudger outbox.Nudger) *Service {
-	return &Service{db: db, store: store, events: events, nudger: nudger}
+// NewService returns the use cases over db (the DB infra/database opened),
+// with the rules store and the outbox append of db's dialect, picked once
+// here. nudger is woken after every commit that appended an event (the relay,
+// or a test's counter).
+func NewService(db sqldb.DB, nudger outbox.Nudger) *Service {
+	return &Service{db: db, run: database.Pick(db, dialects), nudger: nudger}
 }
 
 // Create stores org's new rule n. created is true when this call stored it; when
@@ -41,8 +42,8 @@ func NewService(db sqldb.DB, store Store, events outbox.Store, nudger outbox.Nud
 // fault.Conflict whose reason is "rule_id_conflict".
 func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, created bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		rule, created, err = s.store.Insert(ctx, tx, Rule{
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx rulesTx) error {
+		rule, created, err = tx.Insert(ctx, Rule{
 			ID: n.ID, OrgID: org, Name: n.Name, Pattern: n.Pattern, Label: n.Label,
 			CreatedAt: now, UpdatedAt: now,
 		})
@@ -51,7 +52,7 @@ func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, 
 		}
 		// The conflicting row is committed (ON CONFLICT waited for it) and this is
 		// a new statement, so it is visible here. Rules are never deleted.
-		existing, found, err := s.store.ByID(ctx, tx, n.ID)
+		existing, found, err := tx.ByID(ctx, n.ID)
 		switch {
 		case err != nil:
 			return err
@@ -75,8 +76,8 @@ func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, 
 
 // Get returns org's rule id; fault.NotFound when absent or another org's.
 func (s *Service) Get(ctx context.Context, org OrgID, id RuleID) (rule Rule, err error) {
-	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
-		rule, err = s.store.Get(ctx, tx, org, id)
+	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx rulesTx) error {
+		rule, err = tx.Get(ctx, org, id)
 		return err
 	})
 	return rule, err
@@ -100,11 +101,11 @@ func (s *Service) List(ctx context.Context, org OrgID, after *RuleID, limit int)
 		from = after.UUID()
 	}
 	var rules []Rule
-	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqldb.Tx) error {
+	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx rulesTx) error {
 		var err error
 		// One row more than asked tells whether a next page exists, so a client
 		// never fetches an empty last page.
-		rules, err = s.store.List(ctx, tx, org, from, limit+1)
+		rules, err = tx.List(ctx, org, from, limit+1)
 		return err
 	})
 	if err != nil {
@@ -152,21 +153,21 @@ func (s *Service) Deactivate(ctx context.Context, org OrgID, id RuleID) (Rule, e
 
 func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bool) (rule Rule, changed bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
-		rule, changed, err = s.store.SetActive(ctx, tx, org, id, active, now)
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx rulesTx) error {
+		rule, changed, err = tx.SetActive(ctx, org, id, active, now)
 		if err != nil {
 			return err
 		}
 		if !changed {
 			// Already in that state, absent, or another org's: read to tell which.
-			rule, err = s.store.Get(ctx, tx, org, id)
+			rule, err = tx.Get(ctx, org, id)
 			return err
 		}
 		var event outbox.Event = RuleActivated{OrgID: org.UUID(), RuleID: id.UUID()}
 		if !active {
 			event = RuleDeactivated{OrgID: org.UUID(), RuleID: id.UUID()}
 		}
-		_, err = outbox.Append(ctx, s.events, tx, event)
+		_, err = tx.Append(ctx, event)
 		return err
 	})
 	if err != nil {
@@ -181,8 +182,8 @@ func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bo
 // inTx runs fn in a transaction and classifies what failed: a *fault.Error from fn
 // passes through, an unreachable database is Unavailable (503, the client retries),
 // anything else is Internal.
-func (s *Service) inTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) error) error {
-	err := s.db.InTx(ctx, opts, fn)
+func (s *Service) inTx(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error {
+	err := s.run(ctx, opts, fn)
 	var fe *fault.Error
 	switch {
 	case err == nil:

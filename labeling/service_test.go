@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
@@ -242,7 +241,7 @@ func TestDatabaseDown(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), pool)
-	NewHandler(NewService(postgres.NewDB(pool), NewStore(postgres.NewDB(pool)), outbox.NewPostgresStore(pool), &countingNudger{})).Register(e, auth.Disabled())
+	NewHandler(NewService(postgres.NewDB(pool), &countingNudger{})).Register(e, auth.Disabled())
 	b := &testBundle{e: e, org: uuid.NewString()}
 	id := uuid.NewString()
 
@@ -271,7 +270,7 @@ func TestSQLiteBusy(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), db)
-	NewHandler(NewService(db, NewStore(db), outbox.NewStore(db), &countingNudger{})).Register(e, auth.Disabled())
+	NewHandler(NewService(db, &countingNudger{})).Register(e, auth.Disabled())
 	b := &testBundle{e: e, org: uuid.NewString()}
 	existing := uuid.NewString()
 	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, rulesPath(b.org), createJSON(t, existing, "n", "p", "l")).Code)

@@ -14,7 +14,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
@@ -44,7 +43,7 @@ func setup(t *testing.T, d sqldb.Dialect) *testBundle {
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	e := web.New(logger, db.DB)
 	nudges := &countingNudger{}
-	svc := NewService(db.DB, NewStore(db.DB), outbox.NewStore(db.DB), nudges)
+	svc := NewService(db.DB, nudges)
 	// Authentication is on, as in production: do sends a valid token for the org
 	// of each path (auth_test.go attacks it).
 	iss := authtest.New(t)

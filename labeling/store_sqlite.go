@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 )
 
@@ -19,8 +18,8 @@ import (
 type sqliteStore struct{}
 
 // Insert stores r unless its id exists (ON CONFLICT DO NOTHING returns no row).
-func (sqliteStore) Insert(ctx context.Context, stx sqldb.Tx, r Rule) (Rule, bool, error) {
-	row := sqlite.Unwrap(stx).QueryRowContext(sqlite.Context(ctx, stx), `
+func (sqliteStore) Insert(ctx context.Context, tx sqlite.Tx, r Rule) (Rule, bool, error) {
+	row := tx.QueryRow(ctx, `
 		INSERT INTO labeling_rules (`+ruleColumns+`)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 		ON CONFLICT (id) DO NOTHING
@@ -34,14 +33,14 @@ func (sqliteStore) Insert(ctx context.Context, stx sqldb.Tx, r Rule) (Rule, bool
 }
 
 // ByID returns the rule with id whatever its org.
-func (sqliteStore) ByID(ctx context.Context, stx sqldb.Tx, id RuleID) (Rule, bool, error) {
-	return sqliteOneRule(sqlite.Unwrap(stx).QueryRowContext(sqlite.Context(ctx, stx),
+func (sqliteStore) ByID(ctx context.Context, tx sqlite.Tx, id RuleID) (Rule, bool, error) {
+	return sqliteOneRule(tx.QueryRow(ctx,
 		`SELECT `+ruleColumns+` FROM labeling_rules WHERE id = ?1`, id.UUID()))
 }
 
 // Get returns org's rule id, or ErrRuleNotFound.
-func (sqliteStore) Get(ctx context.Context, stx sqldb.Tx, org OrgID, id RuleID) (Rule, error) {
-	r, found, err := sqliteOneRule(sqlite.Unwrap(stx).QueryRowContext(sqlite.Context(ctx, stx),
+func (sqliteStore) Get(ctx context.Context, tx sqlite.Tx, org OrgID, id RuleID) (Rule, error) {
+	r, found, err := sqliteOneRule(tx.QueryRow(ctx,
 		`SELECT `+ruleColumns+` FROM labeling_rules WHERE org_id = ?1 AND id = ?2`, org.UUID(), id.UUID()))
 	if err != nil {
 		return Rule{}, err
@@ -54,8 +53,8 @@ func (sqliteStore) Get(ctx context.Context, stx sqldb.Tx, org OrgID, id RuleID) 
 
 // List returns a page through labeling_rules_org_id_idx: lowercase canonical
 // UUID text sorts as the UUIDs' bytes do, so the order is PostgreSQL's.
-func (sqliteStore) List(ctx context.Context, stx sqldb.Tx, org OrgID, after uuid.UUID, limit int) ([]Rule, error) {
-	rows, err := sqlite.Unwrap(stx).QueryContext(sqlite.Context(ctx, stx), `
+func (sqliteStore) List(ctx context.Context, tx sqlite.Tx, org OrgID, after uuid.UUID, limit int) ([]Rule, error) {
+	rows, err := tx.Query(ctx, `
 		SELECT `+ruleColumns+` FROM labeling_rules
 		WHERE org_id = ?1 AND id > ?2
 		ORDER BY id
@@ -80,8 +79,8 @@ func (sqliteStore) List(ctx context.Context, stx sqldb.Tx, org OrgID, after uuid
 }
 
 // SetActive matches only a row in the other state; updated_at never goes back.
-func (sqliteStore) SetActive(ctx context.Context, stx sqldb.Tx, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error) {
-	return sqliteOneRule(sqlite.Unwrap(stx).QueryRowContext(sqlite.Context(ctx, stx), `
+func (sqliteStore) SetActive(ctx context.Context, tx sqlite.Tx, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error) {
+	return sqliteOneRule(tx.QueryRow(ctx, `
 		UPDATE labeling_rules
 		SET active = ?3, updated_at = max(updated_at, ?4)
 		WHERE org_id = ?1 AND id = ?2 AND active <> ?3

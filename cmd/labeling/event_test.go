@@ -17,8 +17,11 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
@@ -105,6 +108,21 @@ func labelingApp(t *testing.T, env map[string]string, events []labeling.Publicat
 	return db, store, nudger
 }
 
+// appendInTx runs fn in a transaction of db's dialect, handing it the outbox
+// append of that dialect bound to the transaction, as a use case appends.
+func appendInTx(ctx context.Context, db sqldb.DB, fn func(func(outbox.Event) (uuid.UUID, error)) error) error {
+	return database.Pick(db, database.Dialects[error]{
+		Postgres: func(d *postgres.DB) error { return appendIn(ctx, d, outbox.NewPostgresStore(d.Pool), fn) },
+		SQLite:   func(d *sqlite.DB) error { return appendIn(ctx, d, outbox.NewSQLiteStore(d), fn) },
+	})
+}
+
+func appendIn[TX any](ctx context.Context, db sqldb.Transactor[TX], a outbox.Appender[TX], fn func(func(outbox.Event) (uuid.UUID, error)) error) error {
+	return db.InTx(ctx, sqldb.TxOptions{}, func(tx TX) error {
+		return fn(func(e outbox.Event) (uuid.UUID, error) { return outbox.Append(ctx, a, tx, e) })
+	})
+}
+
 // billingWith is billing's service on db applying billing's registry plus
 // handlers, as Handling documents for a type added to Events.
 func billingWith(db *dbtest.DB, handlers ...billing.EventHandler) *billing.Service {
@@ -148,13 +166,13 @@ func TestAddAnEvent(t *testing.T) {
 					env["BILLING_URL"] = srv.URL
 				}
 
-				db, store, nudger := labelingApp(t, env, append(labeling.Events(), labeling.Publish[rulesImported]()))
+				db, _, nudger := labelingApp(t, env, append(labeling.Events(), labeling.Publish[rulesImported]()))
 				ctx := context.Background()
 				org := uuid.New()
 				var ids []uuid.UUID
-				require.NoError(t, db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+				require.NoError(t, appendInTx(ctx, db, func(app func(outbox.Event) (uuid.UUID, error)) error {
 					for _, e := range []outbox.Event{rulesImported{OrgID: org, Count: 3}, labeling.RuleActivated{OrgID: org, RuleID: uuid.New()}} {
-						id, err := outbox.Append(ctx, store, tx, e)
+						id, err := app(e)
 						if err != nil {
 							return err
 						}

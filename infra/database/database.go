@@ -1,8 +1,10 @@
 // Package database opens a service's database from DATABASE_URL, in either
 // dialect: sqlite:PATH selects SQLite (infra/sqlite), anything else is a
-// PostgreSQL URL (infra/postgres). The choice is made here, once; the stores of
-// each slice are then chosen from the DB's dialect, and everything above them
-// sees only sqldb.DB.
+// PostgreSQL URL (infra/postgres). It is the one package that knows both
+// dialects' concrete types: Open chooses the dialect once, and Pick is the one
+// place that looks at an opened DB's type, to build the stores of its dialect
+// (each slice declares them per dialect in a Dialects value). Everything above
+// the stores sees only sqldb.DB.
 package database
 
 import (
@@ -33,6 +35,28 @@ type DB interface {
 type Bounds struct {
 	StatementTimeout time.Duration
 	LockTimeout      time.Duration
+}
+
+// Dialects is one value per dialect: what a slice builds for each (its
+// stores, bound to the dialect's executor).
+type Dialects[T any] struct {
+	Postgres func(*postgres.DB) T
+	SQLite   func(*sqlite.DB) T
+}
+
+// Pick returns d's value for db's dialect, built from db. db must be a DB
+// that Open (or infra/postgres, infra/sqlite) opened: anything else is a
+// wiring defect, and Pick panics naming its type. This is the one type switch
+// on a database in the module.
+func Pick[T any](db sqldb.DB, d Dialects[T]) T {
+	switch db := db.(type) {
+	case *postgres.DB:
+		return d.Postgres(db)
+	case *sqlite.DB:
+		return d.SQLite(db)
+	default:
+		panic(fmt.Sprintf("database: %T is not an opened database of either dialect (pass the DB Open returned)", db))
+	}
 }
 
 // Open opens url's database with b. It does not wait for a PostgreSQL server
@@ -70,14 +94,15 @@ func OpenExisting(ctx context.Context, url string, b Bounds) (DB, error) {
 // reach pings a PostgreSQL database, failing with one line that names where
 // it is (host, port, database; never the password).
 func reach(ctx context.Context, db DB) error {
-	d, ok := db.(*postgres.DB)
-	if !ok {
-		return nil
-	}
-	if err := d.Pool.Ping(ctx); err != nil {
-		return fmt.Errorf("cannot reach the PostgreSQL database %s: %w", where(d), err)
-	}
-	return nil
+	return Pick(db, Dialects[error]{
+		Postgres: func(d *postgres.DB) error {
+			if err := d.Pool.Ping(ctx); err != nil {
+				return fmt.Errorf("cannot reach the PostgreSQL database %s: %w", where(d), err)
+			}
+			return nil
+		},
+		SQLite: func(*sqlite.DB) error { return nil },
+	})
 }
 
 // where is the host, port and database of a PostgreSQL pool.
@@ -90,36 +115,34 @@ func where(d *postgres.DB) string {
 // and whether this process created it, or PostgreSQL's host, port and
 // database (never the password).
 func Describe(db DB) []any {
-	switch d := db.(type) {
-	case *sqlite.DB:
-		abs, err := filepath.Abs(d.Path)
-		if err != nil {
-			abs = d.Path
-		}
-		return []any{"dialect", "sqlite", "path", abs, "created", d.Created}
-	case *postgres.DB:
-		c := d.Pool.Config().ConnConfig
-		return []any{"dialect", "postgres", "host", c.Host, "port", c.Port, "database", c.Database}
-	default:
-		return []any{"dialect", fmt.Sprintf("%T", db)}
-	}
+	return Pick(db, Dialects[[]any]{
+		Postgres: func(d *postgres.DB) []any {
+			c := d.Pool.Config().ConnConfig
+			return []any{"dialect", "postgres", "host", c.Host, "port", c.Port, "database", c.Database}
+		},
+		SQLite: func(d *sqlite.DB) []any {
+			abs, err := filepath.Abs(d.Path)
+			if err != nil {
+				abs = d.Path
+			}
+			return []any{"dialect", "sqlite", "path", abs, "created", d.Created}
+		},
+	})
 }
 
 // Migrate applies the pending migrations of m in db's dialect, safe for
 // replicas that start together (a PostgreSQL session lock; a file lock on
 // SQLite).
 func Migrate(ctx context.Context, db DB, m migrations.Set, logger *slog.Logger) error {
-	switch d := db.(type) {
-	case *postgres.DB:
-		if err := reach(ctx, d); err != nil {
-			return fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		return postgres.Migrate(ctx, d.Pool, m, logger)
-	case *sqlite.DB:
-		return sqlite.Migrate(ctx, d, m.SQLite, m.Table, logger)
-	default:
-		return fmt.Errorf("database: cannot migrate %T", d)
-	}
+	return Pick(db, Dialects[error]{
+		Postgres: func(d *postgres.DB) error {
+			if err := reach(ctx, d); err != nil {
+				return fmt.Errorf("DATABASE_URL: %w", err)
+			}
+			return postgres.Migrate(ctx, d.Pool, m, logger)
+		},
+		SQLite: func(d *sqlite.DB) error { return sqlite.Migrate(ctx, d, m.SQLite, m.Table, logger) },
+	})
 }
 
 // MigrateURL opens url without bounds (a migration may rightly take longer than

@@ -56,7 +56,7 @@ func setupPair(t *testing.T) pair {
 		defer cancel()
 		require.NoError(t, relay.Stop(ctx))
 	})
-	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), labeling.NewStore(postgres.NewDB(p.lab.Pool)), outbox.NewPostgresStore(p.lab.Pool), relay)
+	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), relay)
 	return p
 }
 

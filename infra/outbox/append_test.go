@@ -22,7 +22,7 @@ func TestAppend(t *testing.T) {
 		db := newDB(t)
 		rollback := errors.New("roll back")
 		err := pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
-			_, err := outbox.Append(context.Background(), outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1})
+			_, err := outbox.Append(context.Background(), outbox.NewPostgresStore(nil), postgres.TxOf(tx), thing{N: 1})
 			require.NoError(t, err)
 			return rollback
 		})

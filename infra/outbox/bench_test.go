@@ -27,7 +27,7 @@ func BenchmarkAppend(b *testing.B) {
 		start := time.Now()
 		for b.Loop() {
 			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				_, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1})
+				_, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.TxOf(tx), thing{N: 1})
 				return err
 			})
 			if err != nil {
@@ -44,7 +44,7 @@ func BenchmarkAppend(b *testing.B) {
 		defer tx.Rollback(ctx) //nolint:errcheck
 		start := time.Now()
 		for b.Loop() {
-			if _, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1}); err != nil {
+			if _, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.TxOf(tx), thing{N: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -178,7 +178,7 @@ func BenchmarkCrossReplicaWakeup(b *testing.B) {
 			for b.Loop() {
 				tx, err := db.Pool.Begin(ctx)
 				require.NoError(b, err)
-				id, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1})
+				id, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.TxOf(tx), thing{N: 1})
 				require.NoError(b, err)
 				require.NoError(b, tx.Commit(ctx))
 				committed := time.Now()

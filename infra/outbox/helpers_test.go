@@ -12,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
@@ -107,15 +109,32 @@ func exec(t testing.TB, db any, sql string, args ...any) {
 	asDB(t, db).Exec(t, sql, args...)
 }
 
+// appendFunc appends one event in the transaction it was handed to.
+type appendFunc func(outbox.Event) (uuid.UUID, error)
+
+// inAppendTx runs fn in a transaction of db's dialect (committed when fn
+// returns nil), handing it the append of that dialect's store bound to the
+// transaction, as a use case's transaction appends.
+func inAppendTx(ctx context.Context, db *dbtest.DB, fn func(appendFunc) error) error {
+	return database.Pick(db.DB, database.Dialects[error]{
+		Postgres: func(db *postgres.DB) error { return appendIn(ctx, db, outbox.NewPostgresStore(db.Pool), fn) },
+		SQLite:   func(db *sqlite.DB) error { return appendIn(ctx, db, outbox.NewSQLiteStore(db), fn) },
+	})
+}
+
+func appendIn[TX any](ctx context.Context, db sqldb.Transactor[TX], a outbox.Appender[TX], fn func(appendFunc) error) error {
+	return db.InTx(ctx, sqldb.TxOptions{}, func(tx TX) error {
+		return fn(func(e outbox.Event) (uuid.UUID, error) { return outbox.Append(ctx, a, tx, e) })
+	})
+}
+
 // appendEvents appends events in one committed transaction, as a use case would.
 func appendEvents(t testing.TB, db any, events ...outbox.Event) []uuid.UUID {
 	t.Helper()
-	d := asDB(t, db)
-	store := outbox.NewStore(d.DB)
 	ids := make([]uuid.UUID, 0, len(events))
-	err := d.InTx(context.Background(), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+	err := inAppendTx(context.Background(), asDB(t, db), func(app appendFunc) error {
 		for _, e := range events {
-			id, err := outbox.Append(context.Background(), store, tx, e)
+			id, err := app(e)
 			if err != nil {
 				return err
 			}

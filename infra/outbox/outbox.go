@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Event is a domain fact that travels through the outbox. Its JSON encoding is its
@@ -29,13 +27,14 @@ type Event interface {
 }
 
 // Append inserts event as a pending outbox row inside tx, through store (the
-// outbox store of tx's dialect), and returns the row's id, a fresh UUIDv7. It is
+// outbox store of tx's dialect: TX is the dialect's executor, so another
+// dialect's transaction does not compile), and returns the row's id, a fresh UUIDv7. It is
 // atomic with the caller's transaction: the row exists if and only if tx
 // commits. It is a plain INSERT with no ON CONFLICT: every call is a new fact.
 // After the commit, call Nudge so the local relay delivers at once. When ctx
 // holds a valid span (a traced request), the row also stores its W3C trace
 // context, and the relay's dispatch of the row links to it.
-func Append(ctx context.Context, store Store, tx sqldb.Tx, event Event) (uuid.UUID, error) {
+func Append[TX any](ctx context.Context, store Appender[TX], tx TX, event Event) (uuid.UUID, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: new id: %w", err)

@@ -63,7 +63,7 @@ func TestRelayConnections(t *testing.T) {
 		// would; every other request would now wait for a connection.
 		tx, err := held[0].Begin(ctxT(t))
 		require.NoError(t, err)
-		id, err := outbox.Append(ctxT(t), outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, thing{N: 1})
+		id, err := outbox.Append(ctxT(t), outbox.NewPostgresStore(nil), postgres.TxOf(tx), thing{N: 1})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctxT(t)))
 		r.Nudge()

@@ -27,7 +27,7 @@ func claimRows(t *testing.T, n int) (*Relay, *pgtest.DB, []job) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	for range n {
-		_, err := Append(ctx, NewPostgresStore(nil), postgres.Tx{Tx: tx}, internalEvent{})
+		_, err := Append(ctx, NewPostgresStore(nil), postgres.TxOf(tx), internalEvent{})
 		require.NoError(t, err)
 	}
 	require.NoError(t, tx.Commit(ctx))

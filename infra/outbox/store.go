@@ -2,23 +2,20 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 )
 
-// Store is the outbox's statements on one SQL dialect: the seam between the
-// relay, settler, metrics, retention and operator commands (written once, here)
-// and each dialect's SQL (store_postgres.go, store_sqlite.go). Both pass the
-// same conformance table (store_test.go).
+// Store is the outbox's statements on one SQL dialect that run on their own:
+// the seam between the relay, settler, metrics, retention and operator
+// commands (written once, here) and each dialect's SQL (store_postgres.go,
+// store_sqlite.go). Both pass the same conformance table (store_test.go).
 type Store interface {
-	// Append inserts row as a pending outbox row inside tx (a Tx of the store's
-	// dialect): the row exists if and only if tx commits.
-	Append(ctx context.Context, tx sqldb.Tx, row NewRow) error
 	// Backlog is the oldest pending row's created_at (nil when none) and the
 	// number of failed rows, read through the partial indexes.
 	Backlog(ctx context.Context) (oldest *int64, failed int64, err error)
@@ -37,6 +34,22 @@ type Store interface {
 	// OpenRelay returns the statements of one relay whose ClaimSize is
 	// claimSize, on connections it may keep for itself (closed by Close).
 	OpenRelay(claimSize int) (RelayStore, error)
+}
+
+// Appender is the outbox's one statement that runs in its caller's
+// transaction, on one dialect: TX is that dialect's executor (postgres.Tx,
+// sqlite.Tx), so a store can only be handed a transaction of its own dialect.
+type Appender[TX any] interface {
+	// Append inserts row as a pending outbox row inside tx: the row exists if
+	// and only if tx commits.
+	Append(ctx context.Context, tx TX, row NewRow) error
+}
+
+// DialectStore is the outbox store of one dialect: its own statements and
+// the append in a transaction of that dialect.
+type DialectStore[TX any] interface {
+	Store
+	Appender[TX]
 }
 
 // NewRow is one row Append inserts.
@@ -119,15 +132,12 @@ const (
 	KindRelease   = string(kindRelease)
 )
 
-// NewStore returns the outbox store of db's dialect: chosen once, from the
-// DATABASE_URL that opened db.
-func NewStore(db sqldb.DB) Store {
-	switch d := db.(type) {
-	case *postgres.DB:
-		return NewPostgresStore(d.Pool)
-	case *sqlite.DB:
-		return NewSQLiteStore(d)
-	default:
-		panic(fmt.Sprintf("outbox: no store for %T", d))
-	}
+// stores are the outbox's stores per dialect.
+var stores = database.Dialects[Store]{
+	Postgres: func(db *postgres.DB) Store { return NewPostgresStore(db.Pool) },
+	SQLite:   func(db *sqlite.DB) Store { return NewSQLiteStore(db) },
 }
+
+// NewStore returns the outbox store of db's dialect (database.Pick): db must
+// be the DB infra/database opened.
+func NewStore(db sqldb.DB) Store { return database.Pick(db, stores) }

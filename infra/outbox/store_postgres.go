@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/infra/postgres"
-	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // pgStore is Store on PostgreSQL: appends in the caller's transaction, the
@@ -25,17 +24,18 @@ import (
 type pgStore struct{ pool *pgxpool.Pool }
 
 var (
-	_ Store      = (*pgStore)(nil)
-	_ RelayStore = (*pgRelayStore)(nil)
-	_ Listener   = (*pgRelayStore)(nil)
+	_ DialectStore[postgres.Tx] = (*pgStore)(nil)
+	_ RelayStore                = (*pgRelayStore)(nil)
+	_ Listener                  = (*pgRelayStore)(nil)
 )
 
-// NewPostgresStore returns the outbox store of a PostgreSQL pool.
-func NewPostgresStore(pool *pgxpool.Pool) Store { return &pgStore{pool: pool} }
+// NewPostgresStore returns the outbox store of a PostgreSQL pool (its Append
+// uses only the transaction it is handed: a nil pool does for appends alone).
+func NewPostgresStore(pool *pgxpool.Pool) DialectStore[postgres.Tx] { return &pgStore{pool: pool} }
 
 // Append inserts row in tx.
-func (s *pgStore) Append(ctx context.Context, tx sqldb.Tx, row NewRow) error {
-	_, err := postgres.Unwrap(tx).Exec(ctx, `
+func (s *pgStore) Append(ctx context.Context, tx postgres.Tx, row NewRow) error {
+	_, err := tx.Exec(ctx, `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
 		VALUES ($1, $2, $3, $4, $4, 0, $5)`,
 		row.ID, row.Tag, row.Payload, row.CreatedAt, row.Trace)

@@ -25,18 +25,16 @@ import (
 type sqliteStore struct{ db *sqlite.DB }
 
 var (
-	_ Store      = (*sqliteStore)(nil)
-	_ RelayStore = (*sqliteStore)(nil)
+	_ DialectStore[sqlite.Tx] = (*sqliteStore)(nil)
+	_ RelayStore              = (*sqliteStore)(nil)
 )
 
 // NewSQLiteStore returns the outbox store of a SQLite database.
-func NewSQLiteStore(db *sqlite.DB) Store { return &sqliteStore{db: db} }
+func NewSQLiteStore(db *sqlite.DB) DialectStore[sqlite.Tx] { return &sqliteStore{db: db} }
 
 // write runs fn in a write transaction (BEGIN IMMEDIATE on the writer).
-// fn's statements run on the context it is given, which the statement
-// timeout interrupts.
-func (s *sqliteStore) write(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
-	return s.db.InTx(ctx, sqldb.TxOptions{}, func(tx sqldb.Tx) error { return fn(sqlite.Context(ctx, tx), sqlite.Unwrap(tx)) })
+func (s *sqliteStore) write(ctx context.Context, fn func(sqlite.Tx) error) error {
+	return s.db.InTx(ctx, sqldb.TxOptions{}, fn)
 }
 
 // nullText binds b as TEXT (the JSON columns), NULL when nil: a []byte would
@@ -49,8 +47,8 @@ func nullText(b []byte) any {
 }
 
 // Append inserts row in tx.
-func (s *sqliteStore) Append(ctx context.Context, tx sqldb.Tx, row NewRow) error {
-	_, err := sqlite.Unwrap(tx).ExecContext(sqlite.Context(ctx, tx), `
+func (s *sqliteStore) Append(ctx context.Context, tx sqlite.Tx, row NewRow) error {
+	_, err := tx.Exec(ctx, `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
 		VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5)`,
 		row.ID, row.Tag, string(row.Payload), row.CreatedAt, nullText(row.Trace))
@@ -85,9 +83,9 @@ RETURNING id, event_tag, payload, created_at, attempts, failed_at IS NOT NULL, t
 // Claim runs the claim in one write transaction.
 func (s *sqliteStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRow)) error {
 	var got []ClaimedRow
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, func(tx sqlite.Tx) error {
 		got = got[:0]
-		rows, err := tx.QueryContext(ctx, sqliteClaimSQL, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
+		rows, err := tx.Query(ctx, sqliteClaimSQL, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
 		if err != nil {
 			return err
 		}
@@ -134,15 +132,15 @@ WHERE id = ?1 AND claim_token = ?2`
 // Settle applies batch in one write transaction, one prepared statement.
 func (s *sqliteStore) Settle(ctx context.Context, batch []Settlement) (map[uuid.UUID]struct{}, error) {
 	settled := make(map[uuid.UUID]struct{}, len(batch))
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, func(tx sqlite.Tx) error {
 		clear(settled)
-		stmt, err := tx.PrepareContext(ctx, sqliteSettleSQL)
+		stmt, err := tx.Prepare(ctx, sqliteSettleSQL)
 		if err != nil {
 			return err
 		}
 		defer stmt.Close()
 		for _, o := range batch {
-			res, err := stmt.ExecContext(ctx, o.ID, o.Token, o.Kind, o.At, o.Err)
+			res, err := stmt.Exec(ctx, o.ID, o.Token, o.Kind, o.At, o.Err)
 			if err != nil {
 				return err
 			}
@@ -167,15 +165,21 @@ func (s *sqliteStore) OpenRelay(int) (RelayStore, error) { return s, nil }
 // Close does nothing: the relay has no connections of its own.
 func (s *sqliteStore) Close(context.Context) {}
 
+// read runs fn in a read-only transaction (on a reader, beside the writer),
+// whose executor bounds its statements as every transaction's does.
+func (s *sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error {
+	return s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, fn)
+}
+
 // Backlog reads the oldest pending row and the failed count on a reader.
 func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
 	var oldest sql.NullInt64
 	var failed int64
-	err := s.db.Read.QueryRowContext(ctx, `
-		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		return tx.QueryRow(ctx, `
+			SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
+			       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -187,25 +191,29 @@ func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
 
 // Failed lists the dead letter on a reader.
 func (s *sqliteStore) Failed(ctx context.Context) ([]FailedRow, error) {
-	ctx, cancel := s.db.Bound(ctx)
-	defer cancel()
-	rows, err := s.db.Read.QueryContext(ctx, `
-		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
-		FROM outbox_events WHERE failed_at IS NOT NULL
-		ORDER BY failed_at, id`)
+	var out []FailedRow
+	err := s.read(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+			FROM outbox_events WHERE failed_at IS NOT NULL
+			ORDER BY failed_at, id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var f FailedRow
+			if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError); err != nil {
+				return err
+			}
+			out = append(out, f)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []FailedRow
-	for rows.Next() {
-		var f FailedRow
-		if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError); err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // idList is ids as a JSON array of lowercase UUID text, for json_each: one
@@ -225,8 +233,8 @@ func (s *sqliteStore) Requeue(ctx context.Context, ids []uuid.UUID, all bool, no
 		args = append(args, idList(ids))
 	}
 	var n int64
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
+	err := s.write(ctx, func(tx sqlite.Tx) error {
+		res, err := tx.Exec(ctx, `
 			UPDATE outbox_events
 			SET failed_at = NULL, attempts = 0, available_at = ?1, claimed_until = NULL, claim_token = NULL
 			WHERE `+where, args...)
@@ -244,8 +252,8 @@ func (s *sqliteStore) Requeue(ctx context.Context, ids []uuid.UUID, all bool, no
 func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error) {
 	list := idList(ids)
 	var deleted int64
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `
+	err := s.write(ctx, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(ctx, `
 			SELECT id FROM outbox_events
 			WHERE id IN (SELECT value FROM json_each(?1)) AND processed_at IS NULL AND failed_at IS NULL
 			ORDER BY id`, list)
@@ -268,7 +276,7 @@ func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error
 		if len(pending) > 0 {
 			return fmt.Errorf("%w: %s", ErrPending, strings.Join(pending, ", "))
 		}
-		res, err := tx.ExecContext(ctx, `
+		res, err := tx.Exec(ctx, `
 			DELETE FROM outbox_events
 			WHERE id IN (SELECT value FROM json_each(?1)) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`, list)
 		if err != nil {
@@ -287,8 +295,8 @@ func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error
 // outbox_events_processed_idx.
 func (s *sqliteStore) DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error) {
 	var n int64
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
+	err := s.write(ctx, func(tx sqlite.Tx) error {
+		res, err := tx.Exec(ctx, `
 			DELETE FROM outbox_events
 			WHERE id IN (SELECT id FROM outbox_events WHERE processed_at < ?1 LIMIT ?2)`, before, limit)
 		if err != nil {

@@ -36,12 +36,11 @@ func TestStoreConformance(t *testing.T) {
 		t.Run("append exists only if its transaction commits", func(t *testing.T) {
 			t.Parallel()
 			db := newDBOn(t, d)
-			store := storeOf(t, db)
 			rolledBack := errors.New("roll back")
 			var lost uuid.UUID
-			err := db.InTx(ctxT(t), sqldb.TxOptions{}, func(tx sqldb.Tx) error {
+			err := inAppendTx(ctxT(t), db, func(app appendFunc) error {
 				var err error
-				lost, err = outbox.Append(ctxT(t), store, tx, thing{N: 1})
+				lost, err = app(thing{N: 1})
 				require.NoError(t, err)
 				return rolledBack
 			})

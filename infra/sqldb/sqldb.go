@@ -1,10 +1,14 @@
 // Package sqldb is the transaction port between the use cases and the two SQL
-// dialects (PostgreSQL through pgx, SQLite through modernc.org/sqlite). A use
-// case owns its transaction through DB.InTx and hands the Tx to the stores of
-// its slice, which run their statements in it; the outbox's Append runs in the
-// same Tx, so a change and its event commit together on either dialect. Nothing
+// dialects (PostgreSQL through pgx, SQLite through modernc.org/sqlite). Nothing
 // here names a driver: each dialect's package (infra/postgres, infra/sqlite)
-// implements DB, and its stores unwrap the Tx it began.
+// implements Transactor with its own executor type TX, and infra/database picks
+// the dialect once, from the opened DB.
+//
+// The shape is River's riverdriver: a transaction is handed to its statements
+// as the dialect's executor (a TX), never as an opaque handle a store would
+// have to unwrap. So a store of one dialect cannot be given another dialect's
+// transaction (it does not compile), and a statement cannot forget its
+// transaction's deadline (the executor applies it).
 package sqldb
 
 import (
@@ -22,13 +26,6 @@ const (
 	SQLite   Dialect = "sqlite"
 )
 
-// Tx is an open transaction of one dialect. Only a store of that dialect can
-// run statements in it; it panics when handed another dialect's Tx (a wiring
-// defect, never a runtime condition).
-type Tx interface {
-	Dialect() Dialect
-}
-
 // TxOptions are what a use case asks of its transaction.
 type TxOptions struct {
 	// ReadOnly transactions write nothing; on SQLite they run on the read
@@ -36,14 +33,13 @@ type TxOptions struct {
 	ReadOnly bool
 }
 
-// DB is one service's database as the use cases see it.
+// DB is one service's database as everything above the stores sees it,
+// whatever its dialect: it runs no statement of its own. Its transactions are
+// its Transactor's, reached through the stores infra/database picked for it.
 type DB interface {
-	// Dialect is the database's dialect, for choosing the stores once.
+	// Dialect is the database's dialect (for display: the stores are picked
+	// by infra/database, never by comparing dialects).
 	Dialect() Dialect
-	// InTx runs fn in a transaction: committed when fn returns nil, rolled back
-	// otherwise (fn's error is returned as it is). A write transaction holds
-	// the write lock from its start on SQLite (BEGIN IMMEDIATE).
-	InTx(ctx context.Context, opts TxOptions, fn func(Tx) error) error
 	// Ping succeeds when the database can be read and written (/readyz).
 	Ping(ctx context.Context) error
 	// Unavailable reports whether err means the database could not serve the
@@ -53,6 +49,19 @@ type DB interface {
 	// Contention reports whether err is the database asking for the whole
 	// transaction again (a serialization failure or a deadlock).
 	Contention(err error) bool
+}
+
+// Transactor is a database of one dialect whose transactions hand their
+// statements TX, that dialect's executor (postgres.Tx, sqlite.Tx).
+type Transactor[TX any] interface {
+	DB
+	// InTx runs fn in a transaction: committed when fn returns nil, rolled back
+	// otherwise (fn's error is returned as it is). tx runs its statements in the
+	// transaction, bounded by the transaction's deadline (DB_STATEMENT_TIMEOUT
+	// on SQLite, the server's statement_timeout on PostgreSQL) whatever context
+	// they are given. A write transaction holds the write lock from its start
+	// on SQLite (BEGIN IMMEDIATE).
+	InTx(ctx context.Context, opts TxOptions, fn func(tx TX) error) error
 }
 
 // Scheme is the DATABASE_URL prefix that selects SQLite.
@@ -87,13 +96,4 @@ func SQLitePath(url string) (string, error) {
 		return "", fmt.Errorf("sqlite:%s: a file path only, not an in-memory database or a file: URI", path)
 	}
 	return path, nil
-}
-
-// WrongDialect is the panic of a store handed another dialect's Tx.
-func WrongDialect(want Dialect, tx Tx) string {
-	got := "nil"
-	if tx != nil {
-		got = string(tx.Dialect())
-	}
-	return fmt.Sprintf("sqldb: a %s store was handed a %s transaction (wiring defect)", want, got)
 }

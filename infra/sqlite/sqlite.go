@@ -1,7 +1,7 @@
 // Package sqlite opens a service's SQLite database (modernc.org/sqlite through
 // database/sql: no cgo) and applies its migrations. It is the SQLite side of
-// infra/sqldb: the stores of each slice's sqlite package run their statements in
-// the Tx it begins.
+// infra/sqldb: the SQLite stores of each slice run their statements through
+// the Tx (the executor) its transactions hand them.
 //
 // Every connection is opened with its pragmas in the DSN, so a connection the
 // pool replaces has them too: WAL (readers never wait for the writer),
@@ -71,37 +71,62 @@ type DB struct {
 	done chan struct{}
 }
 
-var _ sqldb.DB = (*DB)(nil)
+var _ sqldb.Transactor[Tx] = (*DB)(nil)
 
-// Tx is a transaction begun by DB.
+// Tx is the executor of one SQLite transaction: the statements of the stores
+// run through it, and only through it, so they run in that transaction. Each
+// statement runs on its caller's context ended also at the transaction's
+// deadline (DB_STATEMENT_TIMEOUT) or end: a statement is interrupted at the
+// bound without its caller doing anything. database/sql's own cancellation of
+// the transaction would wait for the running statement, so the statement's own
+// context must end. It cannot commit or roll back: DB.InTx does.
 type Tx struct {
-	*sql.Tx
-	// bound ends when the statement timeout passes or the transaction ends:
-	// a statement run on a context derived from it (Context) is interrupted
-	// then. database/sql's own cancellation of the transaction would wait for
-	// the running statement, so the statement's own context must end.
+	tx *sql.Tx
+	// bound ends when the statement timeout passes or the transaction ends.
 	bound context.Context
 }
 
-// Dialect is sqldb.SQLite.
-func (Tx) Dialect() sqldb.Dialect { return sqldb.SQLite }
-
-// Unwrap returns the *sql.Tx of a Tx this package began; it panics on another
-// dialect's (a wiring defect). Run its statements on Context(ctx, tx).
-func Unwrap(tx sqldb.Tx) *sql.Tx { return unwrap(tx).Tx }
-
-func unwrap(tx sqldb.Tx) Tx {
-	t, ok := tx.(Tx)
-	if !ok {
-		panic(sqldb.WrongDialect(sqldb.SQLite, tx))
-	}
-	return t
+// Exec runs a statement in the transaction, interrupted at its bound.
+func (t Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(t.context(ctx), query, args...)
 }
 
-// Context is ctx, ended also when tx's statement timeout passes (or tx ends):
-// a statement run on it is interrupted at DB_STATEMENT_TIMEOUT.
-func Context(ctx context.Context, tx sqldb.Tx) context.Context {
-	t := unwrap(tx)
+// Query runs a query in the transaction, interrupted at its bound (the rows
+// too: reading them past the bound fails).
+func (t Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(t.context(ctx), query, args...)
+}
+
+// QueryRow runs a query of at most one row in the transaction, interrupted at
+// its bound.
+func (t Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(t.context(ctx), query, args...)
+}
+
+// Prepare prepares a statement of the transaction (for a batch: one parse,
+// many runs); its runs are bounded as Exec is. It is closed with the
+// transaction at the latest.
+func (t Tx) Prepare(ctx context.Context, query string) (Stmt, error) {
+	s, err := t.tx.PrepareContext(t.context(ctx), query)
+	return Stmt{stmt: s, tx: t}, err
+}
+
+// Stmt is a prepared statement of a Tx.
+type Stmt struct {
+	stmt *sql.Stmt
+	tx   Tx
+}
+
+// Exec runs the statement with args, interrupted at its transaction's bound.
+func (s Stmt) Exec(ctx context.Context, args ...any) (sql.Result, error) {
+	return s.stmt.ExecContext(s.tx.context(ctx), args...)
+}
+
+// Close releases the statement.
+func (s Stmt) Close() error { return s.stmt.Close() }
+
+// context is ctx, ended also when t's statement timeout passes (or t ends).
+func (t Tx) context(ctx context.Context) context.Context {
 	if t.bound == nil {
 		return ctx
 	}
@@ -316,8 +341,8 @@ func (db *DB) Close() error {
 // Dialect is sqldb.SQLite.
 func (*DB) Dialect() sqldb.Dialect { return sqldb.SQLite }
 
-// Bound returns ctx bounded by the statement timeout.
-func (db *DB) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+// bound returns ctx bounded by the statement timeout.
+func (db *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if db.bounds.StatementTimeout <= 0 {
 		return context.WithCancel(ctx)
 	}
@@ -326,18 +351,18 @@ func (db *DB) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // InTx runs fn in a transaction: on the writer (BEGIN IMMEDIATE) unless
 // opts.ReadOnly, bounded by the statement timeout.
-func (db *DB) InTx(ctx context.Context, opts sqldb.TxOptions, fn func(sqldb.Tx) error) error {
+func (db *DB) InTx(ctx context.Context, opts sqldb.TxOptions, fn func(Tx) error) error {
 	pool := db.Write
 	if opts.ReadOnly {
 		pool = db.Read
 	}
-	ctx, cancel := db.Bound(ctx)
+	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	tx, err := pool.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if err := fn(Tx{Tx: tx, bound: ctx}); err != nil {
+	if err := fn(Tx{tx: tx, bound: ctx}); err != nil {
 		_ = tx.Rollback() // the error that matters is fn's
 		return err
 	}

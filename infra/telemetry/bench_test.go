@@ -64,7 +64,7 @@ func BenchmarkAppend(b *testing.B) {
 			defer tx.Rollback(ctx) //nolint:errcheck
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.Tx{Tx: tx}, event{N: 1}); err != nil {
+				if _, err := outbox.Append(ctx, outbox.NewPostgresStore(nil), postgres.TxOf(tx), event{N: 1}); err != nil {
 					b.Fatal(err)
 				}
 			}

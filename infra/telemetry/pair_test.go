@@ -144,7 +144,7 @@ func setup(t *testing.T, natsURL string) traced {
 		defer cancel()
 		require.NoError(t, relay.Stop(ctx))
 	})
-	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), labeling.NewStore(postgres.NewDB(p.lab.Pool)), outbox.NewPostgresStore(p.lab.Pool), relay)
+	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), relay)
 	e := web.New(logger, p.lab.Pool)
 	labeling.NewHandler(p.rules).Register(e, auth.Disabled())
 	srv := httptest.NewServer(e)

@@ -43,13 +43,18 @@ func Each(t *testing.T, fn func(t *testing.T, d sqldb.Dialect)) {
 	}
 }
 
-// DB is one test's database.
+// DB is one test's database. It is not a sqldb.DB itself: pass DB.DB, the
+// opened database (a *postgres.DB or *sqlite.DB), where one is asked for,
+// so that database.Pick finds its dialect.
 type DB struct {
-	sqldb.DB               // pass DB.DB (not the *DB) where a store is chosen by its type
-	URL      string        // its DATABASE_URL, for a child process
-	Pool     *pgxpool.Pool // PostgreSQL only
-	SQLite   *sqlite.DB    // SQLite only
+	DB     sqldb.DB      // the opened database
+	URL    string        // its DATABASE_URL, for a child process
+	Pool   *pgxpool.Pool // PostgreSQL only
+	SQLite *sqlite.DB    // SQLite only
 }
+
+// Dialect is the database's dialect.
+func (db *DB) Dialect() sqldb.Dialect { return db.DB.Dialect() }
 
 // New returns a fresh database of dialect d with every migration of set
 // applied, closed (and dropped) when t ends.
