@@ -43,8 +43,8 @@ const LegacyTable = "goose_db_version"
 // Labeling is the migration set of the labeling database (labeling_rules and outbox_events).
 var Labeling = Set{FS: sub("labeling/postgres"), SQLite: sub("labeling/sqlite"), Table: "labeling_goose_db_version", Marker: "outbox_events"}
 
-// Billing is the migration set of the billing database (billing_quota, billing_receipts
-// and billing_nats_failed).
+// Billing is the migration set of the billing database (billing_quota, billing_receipts,
+// billing_nats_failed and billing_outbox_events, billing's own outbox).
 var Billing = Set{FS: sub("billing/postgres"), SQLite: sub("billing/sqlite"), Table: "billing_goose_db_version", Marker: "billing_quota"}
 
 func sub(dir string) fs.FS {
