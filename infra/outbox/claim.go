@@ -79,10 +79,10 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	}
 	r.hold(out.jobs)
 	for _, j := range out.jobs {
-		claimedTotal.WithLabelValues(j.Tag).Inc()
+		r.m.claimed.WithLabelValues(j.Tag).Inc()
 	}
 	for _, m := range dead {
-		deadTotal.WithLabelValues(m.Tag).Inc()
+		r.m.dead.WithLabelValues(m.Tag).Inc()
 		r.logger.Warn("outbox row failed: its attempts were used up by claims that were never settled; dead-lettered until an operator requeues or deletes it",
 			"id", m.ID, "tag", m.Tag, "attempts", m.Attempt)
 	}

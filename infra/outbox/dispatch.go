@@ -133,7 +133,7 @@ func (r *Relay) callHandlers(ctx context.Context, m Message, handlers []Handler)
 }
 
 func (r *Relay) observe(j job, outcome string, start time.Time) {
-	dispatchSeconds.WithLabelValues(j.Tag, outcome).Observe(time.Since(start).Seconds())
+	r.m.dispatchSeconds.WithLabelValues(j.Tag, outcome).Observe(time.Since(start).Seconds())
 }
 
 // outcomeOf turns a dispatch result into the settle it calls for.
@@ -148,11 +148,22 @@ func (r *Relay) outcomeOf(j job, err error, start time.Time) outcome {
 	case IsPermanent(err) || j.Attempt >= r.cfg.MaxAttempts:
 		o.kind, o.at = kindFailed, now.UnixMilli()
 	default:
-		o.kind, o.at = kindRetry, now.Add(durableDelay(j.Attempt, r.cfg.RetryBase, r.cfg.RetryMax)).UnixMilli()
+		o.kind, o.at = kindRetry, now.Add(r.retryDelay(j.Attempt, err)).UnixMilli()
 	}
 	r.observe(j, "error", start)
 	o.err = errorText(err)
 	return o
+}
+
+// retryDelay is the wait before the next attempt of a row whose attempt
+// failed with err: the durable backoff, or what err asks for through
+// RetryAfter when that is longer, at most RetryMax.
+func (r *Relay) retryDelay(attempt int, err error) time.Duration {
+	delay := durableDelay(attempt, r.cfg.RetryBase, r.cfg.RetryMax)
+	if after, ok := RetryAfterOf(err); ok && after > delay {
+		delay = min(after, r.cfg.RetryMax)
+	}
+	return delay
 }
 
 // release is the outcome that gives a claim back: claimable again at once, the

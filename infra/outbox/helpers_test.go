@@ -2,8 +2,10 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,23 +54,68 @@ func rowColumns(db *dbtest.DB) string {
 	return `id, event_tag, ` + payload + `, created_at, available_at, claimed_until, attempts, processed_at, failed_at, last_error`
 }
 
-// asDB is a test's database: a *dbtest.DB (either dialect), or a PostgreSQL
-// pool of the tests that only PostgreSQL runs.
+// asDB is a test's database: a *dbtest.DB (either dialect), a PostgreSQL
+// pool of the tests that only PostgreSQL runs, or a *tableDB.
 func asDB(t testing.TB, db any) *dbtest.DB {
 	t.Helper()
+	d, ok := dbOf(db)
+	if !ok {
+		t.Fatalf("not a test database: %T", db)
+	}
+	return d
+}
+
+func dbOf(db any) (*dbtest.DB, bool) {
 	switch d := db.(type) {
 	case *dbtest.DB:
-		return d
+		return d, true
 	case *pgxpool.Pool:
-		return &dbtest.DB{DB: postgres.NewDB(d), Pool: d}
+		return &dbtest.DB{DB: postgres.NewDB(d), Pool: d}, true
+	case *tableDB:
+		return d.DB, true
 	default:
-		t.Fatalf("not a test database: %T", db)
-		return nil
+		return nil, false
 	}
 }
 
+// tableDB is a test database whose outbox is another table than
+// outbox_events: the helpers build their stores on it (outbox.WithTable) and
+// run their SQL, written for outbox_events, on it.
+type tableDB struct {
+	*dbtest.DB
+	table string
+}
+
+// billingOutbox is the second table the conformance table runs on: billing's,
+// as its migration creates it.
+const billingOutbox = "billing_outbox_events"
+
+// newBillingOutboxDB is a fresh billing database of dialect d, whose outbox
+// is billing_outbox_events.
+func newBillingOutboxDB(t testing.TB, d sqldb.Dialect) *tableDB {
+	t.Helper()
+	return &tableDB{DB: dbtest.New(t, d, migrations.Billing), table: billingOutbox}
+}
+
+// tableIn is the outbox table of a test database.
+func tableIn(db any) string {
+	if d, ok := db.(*tableDB); ok {
+		return d.table
+	}
+	return outbox.DefaultTable
+}
+
+var outboxWord = regexp.MustCompile(`\boutbox_events\b`)
+
+// onTableOf is sql, written for outbox_events, on db's outbox table.
+func onTableOf(db any, sql string) string {
+	return outboxWord.ReplaceAllLiteralString(sql, tableIn(db))
+}
+
 // storeOf is the outbox store of a test's database.
-func storeOf(t testing.TB, db any) outbox.Store { return outbox.NewStore(asDB(t, db).DB) }
+func storeOf(t testing.TB, db any) outbox.Store {
+	return outbox.NewStore(asDB(t, db).DB, outbox.WithTable(tableIn(db)))
+}
 
 func scanRow(r dbtest.Row) (row, error) {
 	var x row
@@ -80,7 +127,7 @@ func scanRow(r dbtest.Row) (row, error) {
 func getRow(t testing.TB, db any, id uuid.UUID) row {
 	t.Helper()
 	d := asDB(t, db)
-	x, err := scanRow(d.QueryRow(`SELECT `+rowColumns(d)+` FROM outbox_events WHERE id = $1`, id))
+	x, err := scanRow(d.QueryRow(onTableOf(db, `SELECT `+rowColumns(d)+` FROM outbox_events WHERE id = $1`), id))
 	require.NoError(t, err)
 	return x
 }
@@ -88,7 +135,7 @@ func getRow(t testing.TB, db any, id uuid.UUID) row {
 func allRows(t testing.TB, db any) []row {
 	t.Helper()
 	d := asDB(t, db)
-	rows := d.Query(t, `SELECT `+rowColumns(d)+` FROM outbox_events ORDER BY created_at, id`)
+	rows := d.Query(t, onTableOf(db, `SELECT `+rowColumns(d)+` FROM outbox_events ORDER BY created_at, id`))
 	var out []row
 	for rows.Next() {
 		x, err := scanRow(rows)
@@ -101,24 +148,29 @@ func allRows(t testing.TB, db any) []row {
 
 func count(t testing.TB, db any, where string, args ...any) int {
 	t.Helper()
-	return asDB(t, db).Count(t, `SELECT count(*) FROM outbox_events WHERE `+where, args...)
+	return asDB(t, db).Count(t, onTableOf(db, `SELECT count(*) FROM outbox_events WHERE `+where), args...)
 }
 
 func exec(t testing.TB, db any, sql string, args ...any) {
 	t.Helper()
-	asDB(t, db).Exec(t, sql, args...)
+	asDB(t, db).Exec(t, onTableOf(db, sql), args...)
 }
 
 // appendFunc appends one event in the transaction it was handed to.
 type appendFunc func(outbox.Event) (uuid.UUID, error)
 
 // inAppendTx runs fn in a transaction of db's dialect (committed when fn
-// returns nil), handing it the append of that dialect's store bound to the
-// transaction, as a use case's transaction appends.
-func inAppendTx(ctx context.Context, db *dbtest.DB, fn func(appendFunc) error) error {
-	return database.Pick(db.DB, database.Dialects[error]{
-		Postgres: func(db *postgres.DB) error { return appendIn(ctx, db, outbox.NewPostgresStore(db.Pool), fn) },
-		SQLite:   func(db *sqlite.DB) error { return appendIn(ctx, db, outbox.NewSQLiteStore(db), fn) },
+// returns nil), handing it the append of that dialect's store (on db's outbox
+// table) bound to the transaction, as a use case's transaction appends.
+func inAppendTx(ctx context.Context, db any, fn func(appendFunc) error) error {
+	d, ok := dbOf(db)
+	if !ok {
+		return fmt.Errorf("not a test database: %T", db)
+	}
+	table := outbox.WithTable(tableIn(db))
+	return database.Pick(d.DB, database.Dialects[error]{
+		Postgres: func(db *postgres.DB) error { return appendIn(ctx, db, outbox.NewPostgresStore(db.Pool, table), fn) },
+		SQLite:   func(db *sqlite.DB) error { return appendIn(ctx, db, outbox.NewSQLiteStore(db, table), fn) },
 	})
 }
 
@@ -132,7 +184,7 @@ func appendIn[TX any](ctx context.Context, db sqldb.Transactor[TX], a outbox.App
 func appendEvents(t testing.TB, db any, events ...outbox.Event) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, 0, len(events))
-	err := inAppendTx(context.Background(), asDB(t, db), func(app appendFunc) error {
+	err := inAppendTx(context.Background(), db, func(app appendFunc) error {
 		for _, e := range events {
 			id, err := app(e)
 			if err != nil {

@@ -29,6 +29,7 @@ const stopReserve = 2 * time.Second
 // one statement for many rows.
 type Relay struct {
 	store    RelayStore // the relay's own statements and connections (Store.OpenRelay)
+	m        *metrics   // the series of store's table
 	listener Listener   // store's LISTEN/NOTIFY, nil when the dialect has none
 	cfg      Config
 	subs     map[string][]Handler
@@ -101,6 +102,7 @@ func NewRelay(store Store, cfg Config, subs []Subscriber, logger *slog.Logger) (
 	claimsCut, cutClaims := context.WithCancel(context.Background())
 	r := &Relay{
 		store:      own,
+		m:          metricsFor(store.Table()),
 		listener:   listener,
 		cfg:        cfg,
 		subs:       byTag,
@@ -325,7 +327,7 @@ func (r *Relay) loop() {
 		switch {
 		case err != nil:
 			failures++
-			ticksFailed.Inc()
+			r.m.ticksFailed.Inc()
 			wait := r.tickBackoff(failures)
 			// Logged on the change of state only: a database that is down for an
 			// hour must not write a line per tick.

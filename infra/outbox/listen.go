@@ -7,10 +7,6 @@ import (
 	"time"
 )
 
-// notifyChannel is the channel on which relays tell each other that rows were
-// appended.
-const notifyChannel = "outbox_events"
-
 // requeuedPrefix starts the payload of a requeue's notification; the lowest
 // created_at of the requeued rows (epoch ms) follows. An append's broadcast has
 // an empty payload.
@@ -34,7 +30,8 @@ const (
 )
 
 // listen holds a dedicated connection (outside the pool, from the pool's
-// connection settings) that LISTENs on notifyChannel and wakes the relay on
+// connection settings) that LISTENs on its table's channel (the table's name:
+// outbox_events for labeling's) and wakes the relay on
 // each notification from another session, so a row appended on any replica is
 // claimed at once by whichever relay has a free slot. The same connection
 // broadcasts this process's Nudges (pg_notify after the appending commit,

@@ -46,7 +46,7 @@ var Module = fx.Module("outbox",
 // operator.
 func ProcessedRetention(store Store, keep time.Duration) retention.Policy {
 	return retention.Policy{
-		Name: "outbox_events",
+		Name: store.Table(),
 		Keep: keep,
 		Delete: func(ctx context.Context, before int64, limit int) (int64, error) {
 			n, err := store.DeleteProcessed(ctx, before, limit)

@@ -49,7 +49,7 @@ func Append[TX any](ctx context.Context, store Appender[TX], tx TX, event Event)
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: append %s: %w", event.EventTag(), err)
 	}
-	appended.WithLabelValues(event.EventTag()).Inc()
+	metricsFor(store.Table()).appended.WithLabelValues(event.EventTag()).Inc()
 	return id, nil
 }
 
@@ -119,4 +119,37 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
+}
+
+// retryAfterError asks for the next attempt no sooner than after.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as a failed attempt whose next attempt must wait at
+// least d (a consumer's Retry-After): the relay delays the row by the larger
+// of d and its own backoff, capped at Config.RetryMax, so a consumer cannot
+// hold a row back longer than the relay's longest delay, and asking for less
+// than the backoff never hurries a retry. The attempt still counts: the last
+// one dead-letters the row as any failure does, and an error also marked
+// Permanent fails the row at once. A d that is not positive leaves the
+// backoff as it is.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err, after: d}
+}
+
+// RetryAfterOf reports the wait err asks for through RetryAfter, if any.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
 }

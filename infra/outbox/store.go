@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 
 	"github.com/google/uuid"
 
@@ -16,6 +18,9 @@ import (
 // commands (written once, here) and each dialect's SQL (store_postgres.go,
 // store_sqlite.go). Both pass the same conformance table (store_test.go).
 type Store interface {
+	// Table is the outbox table the store works on (DefaultTable unless
+	// built WithTable).
+	Table() string
 	// Backlog is the oldest pending row's created_at (nil when none) and the
 	// number of failed rows, read through the partial indexes.
 	Backlog(ctx context.Context) (oldest *int64, failed int64, err error)
@@ -40,6 +45,8 @@ type Store interface {
 // transaction, on one dialect: TX is that dialect's executor (postgres.Tx,
 // sqlite.Tx), so a store can only be handed a transaction of its own dialect.
 type Appender[TX any] interface {
+	// Table is the outbox table Append inserts into.
+	Table() string
 	// Append inserts row as a pending outbox row inside tx: the row exists if
 	// and only if tx commits.
 	Append(ctx context.Context, tx TX, row NewRow) error
@@ -132,12 +139,63 @@ const (
 	KindRelease   = string(kindRelease)
 )
 
-// stores are the outbox's stores per dialect.
-var stores = database.Dialects[Store]{
-	Postgres: func(db *postgres.DB) Store { return NewPostgresStore(db.Pool) },
-	SQLite:   func(db *sqlite.DB) Store { return NewSQLiteStore(db) },
+// NewStore returns the outbox store of db's dialect (database.Pick): db must
+// be the DB infra/database opened. Without options it works on DefaultTable.
+func NewStore(db sqldb.DB, opts ...StoreOption) Store {
+	return database.Pick(db, database.Dialects[Store]{
+		Postgres: func(db *postgres.DB) Store { return NewPostgresStore(db.Pool, opts...) },
+		SQLite:   func(db *sqlite.DB) Store { return NewSQLiteStore(db, opts...) },
+	})
 }
 
-// NewStore returns the outbox store of db's dialect (database.Pick): db must
-// be the DB infra/database opened.
-func NewStore(db sqldb.DB) Store { return database.Pick(db, stores) }
+// DefaultTable is the outbox table of a store built without WithTable:
+// labeling's, outbox_events. Its LISTEN/NOTIFY channel, its retention policy
+// and its metric names are the ones labeling always had.
+const DefaultTable = "outbox_events"
+
+// StoreOption is a setting of a store, fixed at its construction.
+type StoreOption func(*storeOptions)
+
+type storeOptions struct{ table string }
+
+// tableName is what a table name must be: a lowercase SQL identifier that
+// needs no quoting, short enough that the migration's index names
+// (TABLE_pending_idx) stay within PostgreSQL's 63 bytes.
+var tableName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
+
+// WithTable makes a store work on table instead of DefaultTable: another
+// service's outbox in a database it may share (contract section 2), such as
+// billing's billing_outbox_events. The table must have exactly the columns and
+// indexes of outbox_events (a migration of its service creates it). Every
+// statement names the table, the LISTEN/NOTIFY channel is the table's name
+// (so relays of one table never wake those of another), the retention policy
+// is named after it, and the metrics take a prefix of their own (see
+// NewBacklogCollector). name must be a constant of the program, never input:
+// the store is built with it in its SQL, so a name that is not a lowercase
+// identifier (tableName) panics at construction.
+func WithTable(name string) StoreOption { return func(o *storeOptions) { o.table = name } }
+
+// tableOf applies opts and checks the table name.
+func tableOf(opts []StoreOption) string {
+	o := storeOptions{table: DefaultTable}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !tableName.MatchString(o.table) {
+		panic(fmt.Sprintf("outbox: table name %q is not a lowercase SQL identifier of at most 48 characters (%s)", o.table, tableName))
+	}
+	return o.table
+}
+
+// defaultWord is the table name as the statements are written beside their
+// methods: valid SQL on DefaultTable, rewritten once per table (onTable).
+var defaultWord = regexp.MustCompile(`\b` + DefaultTable + `\b`)
+
+// onTable is stmt on table: every occurrence of the word outbox_events, the
+// only name the statements hold, replaced by table (a checked identifier).
+func onTable(stmt, table string) string {
+	if table == DefaultTable {
+		return stmt
+	}
+	return defaultWord.ReplaceAllLiteralString(stmt, table)
+}

@@ -21,7 +21,46 @@ import (
 
 // pgStore is Store on PostgreSQL: appends in the caller's transaction, the
 // operator commands, metrics and retention on the service's pool.
-type pgStore struct{ pool *pgxpool.Pool }
+type pgStore struct {
+	pool *pgxpool.Pool
+	sql  *pgStatements
+}
+
+// pgStatements are the store's statements on its table, each built once per
+// table (pgStatementsFor) from the text written beside its method.
+type pgStatements struct {
+	table           string
+	append          string
+	settle          string
+	backlog         string
+	failed          string
+	requeueAll      string
+	requeueIDs      string
+	deleteCheck     string
+	delete          string
+	deleteProcessed string
+}
+
+var pgStatementsByTable sync.Map // table → *pgStatements
+
+func pgStatementsFor(table string) *pgStatements {
+	if st, ok := pgStatementsByTable.Load(table); ok {
+		return st.(*pgStatements)
+	}
+	st, _ := pgStatementsByTable.LoadOrStore(table, &pgStatements{
+		table:           table,
+		append:          onTable(pgAppendSQL, table),
+		settle:          onTable(settleSQL, table),
+		backlog:         onTable(pgBacklogSQL, table),
+		failed:          onTable(pgFailedSQL, table),
+		requeueAll:      onTable(pgRequeueSQL(`failed_at IS NOT NULL`), table),
+		requeueIDs:      onTable(pgRequeueSQL(`id = ANY($2) AND failed_at IS NOT NULL`), table),
+		deleteCheck:     onTable(pgDeleteCheckSQL, table),
+		delete:          onTable(pgDeleteSQL, table),
+		deleteProcessed: onTable(pgDeleteProcessedSQL, table),
+	})
+	return st.(*pgStatements)
+}
 
 var (
 	_ DialectStore[postgres.Tx] = (*pgStore)(nil)
@@ -30,22 +69,32 @@ var (
 )
 
 // NewPostgresStore returns the outbox store of a PostgreSQL pool (its Append
-// uses only the transaction it is handed: a nil pool does for appends alone).
-func NewPostgresStore(pool *pgxpool.Pool) DialectStore[postgres.Tx] { return &pgStore{pool: pool} }
+// uses only the transaction it is handed: a nil pool does for appends alone),
+// on DefaultTable or the table of WithTable.
+func NewPostgresStore(pool *pgxpool.Pool, opts ...StoreOption) DialectStore[postgres.Tx] {
+	table := tableOf(opts)
+	metricsFor(table)
+	return &pgStore{pool: pool, sql: pgStatementsFor(table)}
+}
+
+// Table is the store's outbox table.
+func (s *pgStore) Table() string { return s.sql.table }
+
+const pgAppendSQL = `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
+		VALUES ($1, $2, $3, $4, $4, 0, $5)`
 
 // Append inserts row in tx.
 func (s *pgStore) Append(ctx context.Context, tx postgres.Tx, row NewRow) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
-		VALUES ($1, $2, $3, $4, $4, 0, $5)`,
-		row.ID, row.Tag, row.Payload, row.CreatedAt, row.Trace)
+	_, err := tx.Exec(ctx, s.sql.append, row.ID, row.Tag, row.Payload, row.CreatedAt, row.Trace)
 	return err
 }
 
 // pgRelayStore is one relay's statements, on connections of its own.
 type pgRelayStore struct {
 	pool     *pgxpool.Pool // the relay's own (ownPool)
-	claimSQL string        // claimSQL(ClaimSize), one statement text per relay
+	claimSQL string        // claimSQL(ClaimSize) on the table, one statement text per relay
+	sql      *pgStatements
 }
 
 // OpenRelay opens the relay's own pool (see ownPool) and its claim statement.
@@ -54,7 +103,7 @@ func (s *pgStore) OpenRelay(claimSize int) (RelayStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay pool: %w", err)
 	}
-	return &pgRelayStore{pool: own, claimSQL: claimSQL(claimSize)}, nil
+	return &pgRelayStore{pool: own, claimSQL: onTable(claimSQL(claimSize), s.sql.table), sql: s.sql}, nil
 }
 
 // Close closes the relay's pool, waiting no longer than ctx.
@@ -172,7 +221,7 @@ func (s *pgRelayStore) Settle(ctx context.Context, batch []Settlement) (map[uuid
 		ids[i], tokens[i], kinds[i], ats[i], errs[i] = o.ID, o.Token, o.Kind, o.At, o.Err
 	}
 	if !isDurable(ctx) {
-		return settleOn(ctx, s.pool, ids, tokens, kinds, ats, errs)
+		return settleOn(ctx, s.pool, s.sql.settle, ids, tokens, kinds, ats, errs)
 	}
 	// Stop's flushes: this transaction's commit waits for its WAL flush (see
 	// durable), the connection's synchronous_commit=off notwithstanding.
@@ -182,7 +231,7 @@ func (s *pgRelayStore) Settle(ctx context.Context, batch []Settlement) (map[uuid
 			return err
 		}
 		var err error
-		settled, err = settleOn(ctx, tx, ids, tokens, kinds, ats, errs)
+		settled, err = settleOn(ctx, tx, s.sql.settle, ids, tokens, kinds, ats, errs)
 		return err
 	})
 	if err != nil {
@@ -191,11 +240,12 @@ func (s *pgRelayStore) Settle(ctx context.Context, batch []Settlement) (map[uuid
 	return settled, nil
 }
 
-// settleOn runs settleSQL on q and collects the ids it settled.
+// settleOn runs settle (settleSQL on the table) on q and collects the ids it
+// settled.
 func settleOn(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, ids, tokens []uuid.UUID, kinds []string, ats []int64, errs []*string) (map[uuid.UUID]struct{}, error) {
-	rows, err := q.Query(ctx, settleSQL, ids, tokens, kinds, ats, errs)
+}, settle string, ids, tokens []uuid.UUID, kinds []string, ats []int64, errs []*string) (map[uuid.UUID]struct{}, error) {
+	rows, err := q.Query(ctx, settle, ids, tokens, kinds, ats, errs)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +265,8 @@ func settleOn(ctx context.Context, q interface {
 }
 
 // Listen holds a dedicated connection (outside the pool, from the pool's
-// connection settings) that LISTENs on notifyChannel and reports each
+// connection settings) that LISTENs on the table's channel (its name, see
+// WithTable) and reports each
 // notification, and broadcasts this process's Nudges on the same connection
 // (pg_notify after the appending commit, folded while one is in flight).
 func (s *pgRelayStore) Listen(ctx context.Context, hooks ListenHooks) error {
@@ -236,7 +287,8 @@ func (s *pgRelayStore) Listen(ctx context.Context, hooks ListenHooks) error {
 	if _, err := conn.Exec(connectCtx, "SET synchronous_commit = off"); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(connectCtx, "LISTEN "+notifyChannel); err != nil {
+	// The table name is a checked identifier (tableOf): it needs no quoting.
+	if _, err := conn.Exec(connectCtx, "LISTEN "+s.sql.table); err != nil {
 		return err
 	}
 	hooks.Connected()
@@ -266,7 +318,7 @@ func (s *pgRelayStore) Listen(ctx context.Context, hooks ListenHooks) error {
 	}()
 	for {
 		if send.Swap(false) {
-			if _, err := conn.Exec(session, "SELECT pg_notify($1, '')", notifyChannel); err != nil {
+			if _, err := conn.Exec(session, "SELECT pg_notify($1, '')", s.sql.table); err != nil {
 				return err
 			}
 		}
@@ -291,23 +343,27 @@ func (s *pgRelayStore) Listen(ctx context.Context, hooks ListenHooks) error {
 	}
 }
 
+const pgBacklogSQL = `
+		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
+		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`
+
 // Backlog reads the oldest pending row and the failed count, through the
 // partial indexes (a min over the pending one, a count over the failed one).
 func (s *pgStore) Backlog(ctx context.Context) (*int64, int64, error) {
 	var oldest *int64
 	var failed int64
-	err := s.pool.QueryRow(ctx, `
-		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+	err := s.pool.QueryRow(ctx, s.sql.backlog).Scan(&oldest, &failed)
 	return oldest, failed, err
 }
 
-// Failed lists the dead letter.
-func (s *pgStore) Failed(ctx context.Context) ([]FailedRow, error) {
-	rows, err := s.pool.Query(ctx, `
+const pgFailedSQL = `
 		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
 		FROM outbox_events WHERE failed_at IS NOT NULL
-		ORDER BY failed_at, id`)
+		ORDER BY failed_at, id`
+
+// Failed lists the dead letter.
+func (s *pgStore) Failed(ctx context.Context) ([]FailedRow, error) {
+	rows, err := s.pool.Query(ctx, s.sql.failed)
 	if err != nil {
 		return nil, err
 	}
@@ -318,44 +374,56 @@ func (s *pgStore) Failed(ctx context.Context) ([]FailedRow, error) {
 	})
 }
 
+// pgRequeueSQL is the requeue of the failed rows that where selects.
+func pgRequeueSQL(where string) string {
+	return `
+			WITH u AS (
+				UPDATE outbox_events
+				SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL, claim_token = NULL
+				WHERE ` + where + `
+				RETURNING created_at)
+			SELECT count(*), min(created_at) FROM u`
+}
+
 // Requeue requeues the matching rows and, in the same transaction, notifies
-// the relays of the lowest created_at among them (delivered at the commit,
-// never for a rolled-back requeue).
+// the relays of the table of the lowest created_at among them (delivered at
+// the commit, never for a rolled-back requeue).
 func (s *pgStore) Requeue(ctx context.Context, ids []uuid.UUID, all bool, now int64) (int64, error) {
-	where, args := `failed_at IS NOT NULL`, []any{now}
+	stmt, args := s.sql.requeueAll, []any{now}
 	if !all {
-		where = `id = ANY($2) AND failed_at IS NOT NULL`
+		stmt = s.sql.requeueIDs
 		args = append(args, ids)
 	}
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var lowest *int64
-		err := tx.QueryRow(ctx, `
-			WITH u AS (
-				UPDATE outbox_events
-				SET failed_at = NULL, attempts = 0, available_at = $1, claimed_until = NULL, claim_token = NULL
-				WHERE `+where+`
-				RETURNING created_at)
-			SELECT count(*), min(created_at) FROM u`, args...).Scan(&n, &lowest)
+		err := tx.QueryRow(ctx, stmt, args...).Scan(&n, &lowest)
 		if err != nil || lowest == nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, requeuedPayload(*lowest))
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.sql.table, requeuedPayload(*lowest))
 		return err
 	})
 	return n, err
 }
+
+const (
+	pgDeleteCheckSQL = `
+			SELECT id, processed_at IS NULL AND failed_at IS NULL
+			FROM outbox_events WHERE id = ANY($1)
+			ORDER BY id
+			FOR UPDATE`
+	pgDeleteSQL = `
+			DELETE FROM outbox_events
+			WHERE id = ANY($1) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`
+)
 
 // Delete locks every named row (in id order, so two deletes cannot deadlock)
 // so that none changes state between the check and the delete.
 func (s *pgStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error) {
 	var deleted int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT id, processed_at IS NULL AND failed_at IS NULL
-			FROM outbox_events WHERE id = ANY($1)
-			ORDER BY id
-			FOR UPDATE`, ids)
+		rows, err := tx.Query(ctx, s.sql.deleteCheck, ids)
 		if err != nil {
 			return err
 		}
@@ -374,9 +442,7 @@ func (s *pgStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error) {
 		if len(pending) > 0 {
 			return fmt.Errorf("%w: %s", ErrPending, strings.Join(pending, ", "))
 		}
-		tag, err := tx.Exec(ctx, `
-			DELETE FROM outbox_events
-			WHERE id = ANY($1) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`, ids)
+		tag, err := tx.Exec(ctx, s.sql.delete, ids)
 		if err != nil {
 			return err
 		}
@@ -386,17 +452,19 @@ func (s *pgStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error) {
 	return deleted, err
 }
 
-// DeleteProcessed deletes a chunk of processed rows: the inner select reads
-// outbox_events_processed_idx; the LIMIT keeps each statement's locks short on
-// a large table.
-func (s *pgStore) DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `
+const pgDeleteProcessedSQL = `
 		DELETE FROM outbox_events
 		WHERE id IN (
 			SELECT id FROM outbox_events
 			WHERE processed_at < $1
 			LIMIT $2
-		)`, before, limit)
+		)`
+
+// DeleteProcessed deletes a chunk of processed rows: the inner select reads
+// the table's processed index (outbox_events_processed_idx); the LIMIT keeps
+// each statement's locks short on a large table.
+func (s *pgStore) DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, s.sql.deleteProcessed, before, limit)
 	if err != nil {
 		return 0, err
 	}

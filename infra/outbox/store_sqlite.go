@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -22,15 +23,64 @@ import (
 )
 
 // sqliteStore is Store on a SQLite database.
-type sqliteStore struct{ db *sqlite.DB }
+type sqliteStore struct {
+	db  *sqlite.DB
+	sql *sqliteStatements
+}
+
+// sqliteStatements are the store's statements on its table, each built once
+// per table (sqliteStatementsFor) from the text written beside its method.
+type sqliteStatements struct {
+	table           string
+	append          string
+	claim           string
+	settle          string
+	backlog         string
+	failed          string
+	requeueAll      string
+	requeueIDs      string
+	deleteCheck     string
+	delete          string
+	deleteProcessed string
+}
+
+var sqliteStatementsByTable sync.Map // table → *sqliteStatements
+
+func sqliteStatementsFor(table string) *sqliteStatements {
+	if st, ok := sqliteStatementsByTable.Load(table); ok {
+		return st.(*sqliteStatements)
+	}
+	st, _ := sqliteStatementsByTable.LoadOrStore(table, &sqliteStatements{
+		table:           table,
+		append:          onTable(sqliteAppendSQL, table),
+		claim:           onTable(sqliteClaimSQL, table),
+		settle:          onTable(sqliteSettleSQL, table),
+		backlog:         onTable(sqliteBacklogSQL, table),
+		failed:          onTable(sqliteFailedSQL, table),
+		requeueAll:      onTable(sqliteRequeueSQL(`failed_at IS NOT NULL`), table),
+		requeueIDs:      onTable(sqliteRequeueSQL(`failed_at IS NOT NULL AND id IN (SELECT value FROM json_each(?2))`), table),
+		deleteCheck:     onTable(sqliteDeleteCheckSQL, table),
+		delete:          onTable(sqliteDeleteSQL, table),
+		deleteProcessed: onTable(sqliteDeleteProcessedSQL, table),
+	})
+	return st.(*sqliteStatements)
+}
 
 var (
 	_ DialectStore[sqlite.Tx] = (*sqliteStore)(nil)
 	_ RelayStore              = (*sqliteStore)(nil)
 )
 
-// NewSQLiteStore returns the outbox store of a SQLite database.
-func NewSQLiteStore(db *sqlite.DB) DialectStore[sqlite.Tx] { return &sqliteStore{db: db} }
+// NewSQLiteStore returns the outbox store of a SQLite database, on
+// DefaultTable or the table of WithTable.
+func NewSQLiteStore(db *sqlite.DB, opts ...StoreOption) DialectStore[sqlite.Tx] {
+	table := tableOf(opts)
+	metricsFor(table)
+	return &sqliteStore{db: db, sql: sqliteStatementsFor(table)}
+}
+
+// Table is the store's outbox table.
+func (s *sqliteStore) Table() string { return s.sql.table }
 
 // write runs fn in a write transaction (BEGIN IMMEDIATE on the writer).
 func (s *sqliteStore) write(ctx context.Context, fn func(sqlite.Tx) error) error {
@@ -46,11 +96,13 @@ func nullText(b []byte) any {
 	return string(b)
 }
 
+const sqliteAppendSQL = `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
+		VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5)`
+
 // Append inserts row in tx.
 func (s *sqliteStore) Append(ctx context.Context, tx sqlite.Tx, row NewRow) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
-		VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5)`,
+	_, err := tx.Exec(ctx, s.sql.append,
 		row.ID, row.Tag, string(row.Payload), row.CreatedAt, nullText(row.Trace))
 	return err
 }
@@ -85,7 +137,7 @@ func (s *sqliteStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRow
 	var got []ClaimedRow
 	err := s.write(ctx, func(tx sqlite.Tx) error {
 		got = got[:0]
-		rows, err := tx.Query(ctx, sqliteClaimSQL, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
+		rows, err := tx.Query(ctx, s.sql.claim, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
 		if err != nil {
 			return err
 		}
@@ -134,7 +186,7 @@ func (s *sqliteStore) Settle(ctx context.Context, batch []Settlement) (map[uuid.
 	settled := make(map[uuid.UUID]struct{}, len(batch))
 	err := s.write(ctx, func(tx sqlite.Tx) error {
 		clear(settled)
-		stmt, err := tx.Prepare(ctx, sqliteSettleSQL)
+		stmt, err := tx.Prepare(ctx, s.sql.settle)
 		if err != nil {
 			return err
 		}
@@ -171,14 +223,16 @@ func (s *sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error 
 	return s.db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, fn)
 }
 
+const sqliteBacklogSQL = `
+			SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
+			       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`
+
 // Backlog reads the oldest pending row and the failed count on a reader.
 func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
 	var oldest sql.NullInt64
 	var failed int64
 	err := s.read(ctx, func(tx sqlite.Tx) error {
-		return tx.QueryRow(ctx, `
-			SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-			       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`).Scan(&oldest, &failed)
+		return tx.QueryRow(ctx, s.sql.backlog).Scan(&oldest, &failed)
 	})
 	if err != nil {
 		return nil, 0, err
@@ -189,14 +243,16 @@ func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
 	return &oldest.Int64, failed, nil
 }
 
+const sqliteFailedSQL = `
+			SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+			FROM outbox_events WHERE failed_at IS NOT NULL
+			ORDER BY failed_at, id`
+
 // Failed lists the dead letter on a reader.
 func (s *sqliteStore) Failed(ctx context.Context) ([]FailedRow, error) {
 	var out []FailedRow
 	err := s.read(ctx, func(tx sqlite.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
-			FROM outbox_events WHERE failed_at IS NOT NULL
-			ORDER BY failed_at, id`)
+		rows, err := tx.Query(ctx, s.sql.failed)
 		if err != nil {
 			return err
 		}
@@ -223,21 +279,26 @@ func idList(ids []uuid.UUID) string {
 	return string(b)
 }
 
+// sqliteRequeueSQL is the requeue of the failed rows that where selects.
+func sqliteRequeueSQL(where string) string {
+	return `
+			UPDATE outbox_events
+			SET failed_at = NULL, attempts = 0, available_at = ?1, claimed_until = NULL, claim_token = NULL
+			WHERE ` + where
+}
+
 // Requeue requeues in one write transaction. Nobody is notified: a relay of
 // another process finds the rows at its next sweep (a requeued row lies below
 // its scan floor), as one with OUTBOX_NOTIFY=false does on PostgreSQL.
 func (s *sqliteStore) Requeue(ctx context.Context, ids []uuid.UUID, all bool, now int64) (int64, error) {
-	where, args := `failed_at IS NOT NULL`, []any{now}
+	stmt, args := s.sql.requeueAll, []any{now}
 	if !all {
-		where += ` AND id IN (SELECT value FROM json_each(?2))`
+		stmt = s.sql.requeueIDs
 		args = append(args, idList(ids))
 	}
 	var n int64
 	err := s.write(ctx, func(tx sqlite.Tx) error {
-		res, err := tx.Exec(ctx, `
-			UPDATE outbox_events
-			SET failed_at = NULL, attempts = 0, available_at = ?1, claimed_until = NULL, claim_token = NULL
-			WHERE `+where, args...)
+		res, err := tx.Exec(ctx, stmt, args...)
 		if err != nil {
 			return err
 		}
@@ -247,16 +308,23 @@ func (s *sqliteStore) Requeue(ctx context.Context, ids []uuid.UUID, all bool, no
 	return n, err
 }
 
+const (
+	sqliteDeleteCheckSQL = `
+			SELECT id FROM outbox_events
+			WHERE id IN (SELECT value FROM json_each(?1)) AND processed_at IS NULL AND failed_at IS NULL
+			ORDER BY id`
+	sqliteDeleteSQL = `
+			DELETE FROM outbox_events
+			WHERE id IN (SELECT value FROM json_each(?1)) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`
+)
+
 // Delete checks and deletes in one write transaction: the write lock is held
 // from its start, so no row changes state between the two.
 func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error) {
 	list := idList(ids)
 	var deleted int64
 	err := s.write(ctx, func(tx sqlite.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT id FROM outbox_events
-			WHERE id IN (SELECT value FROM json_each(?1)) AND processed_at IS NULL AND failed_at IS NULL
-			ORDER BY id`, list)
+		rows, err := tx.Query(ctx, s.sql.deleteCheck, list)
 		if err != nil {
 			return err
 		}
@@ -276,9 +344,7 @@ func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error
 		if len(pending) > 0 {
 			return fmt.Errorf("%w: %s", ErrPending, strings.Join(pending, ", "))
 		}
-		res, err := tx.Exec(ctx, `
-			DELETE FROM outbox_events
-			WHERE id IN (SELECT value FROM json_each(?1)) AND (processed_at IS NOT NULL OR failed_at IS NOT NULL)`, list)
+		res, err := tx.Exec(ctx, s.sql.delete, list)
 		if err != nil {
 			return err
 		}
@@ -291,14 +357,16 @@ func (s *sqliteStore) Delete(ctx context.Context, ids []uuid.UUID) (int64, error
 	return deleted, err
 }
 
+const sqliteDeleteProcessedSQL = `
+			DELETE FROM outbox_events
+			WHERE id IN (SELECT id FROM outbox_events WHERE processed_at < ?1 LIMIT ?2)`
+
 // DeleteProcessed deletes up to limit rows processed before before, through
-// outbox_events_processed_idx.
+// the table's processed index (outbox_events_processed_idx).
 func (s *sqliteStore) DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(tx sqlite.Tx) error {
-		res, err := tx.Exec(ctx, `
-			DELETE FROM outbox_events
-			WHERE id IN (SELECT id FROM outbox_events WHERE processed_at < ?1 LIMIT ?2)`, before, limit)
+		res, err := tx.Exec(ctx, s.sql.deleteProcessed, before, limit)
 		if err != nil {
 			return err
 		}

@@ -28,6 +28,25 @@ func claimAll(t *testing.T, rs outbox.RelayStore, a outbox.ClaimArgs) []outbox.C
 // dialect's store passes, statement by statement.
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
+	storeConformance(t, func(t testing.TB, d sqldb.Dialect) any { return newDBOn(t, d) })
+}
+
+// TestStoreConformanceOnAnotherTable: the same table on a store built
+// WithTable("billing_outbox_events"), in a billing database as its migration
+// makes it, which holds no outbox_events: every statement of the store names
+// the table it was built with (a statement left on outbox_events fails here).
+func TestStoreConformanceOnAnotherTable(t *testing.T) {
+	t.Parallel()
+	storeConformance(t, func(t testing.TB, d sqldb.Dialect) any {
+		db := newBillingOutboxDB(t, d)
+		require.Zero(t, db.Count(t, `SELECT count(*) FROM billing_quota`), "a billing database")
+		return db
+	})
+}
+
+// storeConformance runs the conformance table on both dialects, each case on
+// a fresh database of newDBOn.
+func storeConformance(t *testing.T, newDBOn func(testing.TB, sqldb.Dialect) any) {
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 		args := func(now int64, limit int, token uuid.UUID) outbox.ClaimArgs {
 			return outbox.ClaimArgs{Now: now, Until: now + 60_000, Lease: 60_000, Limit: limit, MaxAttempts: 3, Token: token}
