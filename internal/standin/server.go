@@ -1,0 +1,247 @@
+package standin
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+)
+
+// maxBody bounds a call's body, as billing bounds its intake's.
+const maxBody = 64 << 10
+
+// schema is the stand-in's database: the keys it applied, with what each
+// applied (the dedup record and the effect's history in one row), the latest
+// count of each org, and the duplicates it absorbed. CREATE ... IF NOT EXISTS:
+// a stand-in has no migrations.
+const schema = `
+CREATE TABLE IF NOT EXISTS provider_applied (
+    idempotency_key TEXT    PRIMARY KEY,
+    org_id          TEXT    NOT NULL,
+    active_rules    INTEGER NOT NULL,
+    occurred_at     INTEGER NOT NULL,
+    event_id        TEXT    NOT NULL,
+    applied_at      INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS provider_orgs (
+    org_id       TEXT    PRIMARY KEY,
+    active_rules INTEGER NOT NULL,
+    occurred_at  INTEGER NOT NULL,
+    event_id     TEXT    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS provider_counters (
+    name TEXT    PRIMARY KEY,
+    n    INTEGER NOT NULL
+);
+INSERT INTO provider_counters (name, n) VALUES ('duplicates', 0) ON CONFLICT (name) DO NOTHING;`
+
+// Server is the stand-in's HTTP handler over its database.
+type Server struct {
+	db       *sqlite.DB
+	verifier *standardwebhooks.Webhook
+	logger   *slog.Logger
+	failEach int
+
+	calls    atomic.Int64 // calls with a valid signature, for FailEvery
+	rejected atomic.Int64 // since start
+	injected atomic.Int64 // since start
+}
+
+// Open opens (and creates) the stand-in's database and returns its server.
+// Close it with Close.
+func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) {
+	verifier, err := standardwebhooks.NewWebhook(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("PROVIDER_SECRET: %w", err)
+	}
+	db, err := sqlite.Open(ctx, "sqlite:"+cfg.DB, sqlite.Bounds{StatementTimeout: 5 * time.Second, LockTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("PROVIDER_DB: %w", err)
+	}
+	err = db.InTx(ctx, sqldb.TxOptions{}, func(tx sqlite.Tx) error {
+		_, err := tx.Exec(ctx, schema)
+		return err
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("PROVIDER_DB: create the tables: %w", err)
+	}
+	return &Server{db: db, verifier: verifier, logger: logger, failEach: cfg.FailEvery}, nil
+}
+
+// Close closes the database.
+func (s *Server) Close() error { return s.db.Close() }
+
+// Handler serves POST /webhook, GET /applied and GET /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+Path, s.receive)
+	mux.HandleFunc("GET /applied", s.applied)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return mux
+}
+
+// call is the envelope billing's outbox sends (contract section 4's shape)
+// with a QuotaChanged payload.
+type call struct {
+	ID         uuid.UUID `json:"id"`
+	Type       string    `json:"type"`
+	OccurredAt int64     `json:"occurredAt"`
+	Payload    struct {
+		OrgID       *uuid.UUID `json:"orgId"`
+		ActiveRules *int64     `json:"activeRules"`
+	} `json:"payload"`
+}
+
+// receive verifies, then applies the call once per Idempotency-Key and
+// answers only after the commit.
+func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		answer(w, http.StatusRequestEntityTooLarge, "body over 64 KiB")
+		return
+	}
+	// The library checks the signature (constant-time) and the timestamp's
+	// tolerance (5 minutes): a replay of an old call is refused too.
+	if err := s.verifier.Verify(body, r.Header); err != nil {
+		s.rejected.Add(1)
+		s.logger.Warn("call refused: signature", "err", err)
+		answer(w, http.StatusUnauthorized, "signature: "+err.Error())
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" || len(key) > 200 {
+		answer(w, http.StatusBadRequest, "Idempotency-Key: required (at most 200 characters)")
+		return
+	}
+	var c call
+	if err := json.Unmarshal(body, &c); err != nil || c.Type != "QuotaChanged" || c.Payload.OrgID == nil || c.Payload.ActiveRules == nil || c.OccurredAt <= 0 {
+		answer(w, http.StatusBadRequest, `want {"id","type":"QuotaChanged","occurredAt","payload":{"orgId","activeRules"}}`)
+		return
+	}
+	n := s.calls.Add(1)
+	var duplicate bool
+	// One transaction: the key and its effect commit together or not at all,
+	// so a crash between the apply and the answer leaves the key, and the
+	// sender's retry finds it and changes nothing.
+	err = s.db.InTx(r.Context(), sqldb.TxOptions{}, func(tx sqlite.Tx) error {
+		res, err := tx.Exec(r.Context(), `
+			INSERT INTO provider_applied (idempotency_key, org_id, active_rules, occurred_at, event_id, applied_at)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (idempotency_key) DO NOTHING`,
+			key, c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String(), time.Now().UnixMilli())
+		if err != nil {
+			return err
+		}
+		if added, err := res.RowsAffected(); err != nil {
+			return err
+		} else if added == 0 {
+			duplicate = true
+			_, err = tx.Exec(r.Context(), `UPDATE provider_counters SET n = n + 1 WHERE name = 'duplicates'`)
+			return err
+		}
+		// Calls arrive in no order: an org keeps the count of its newest
+		// change (by occurredAt, then the UUIDv7 id), whatever came last.
+		_, err = tx.Exec(r.Context(), `
+			INSERT INTO provider_orgs (org_id, active_rules, occurred_at, event_id) VALUES (?1, ?2, ?3, ?4)
+			ON CONFLICT (org_id) DO UPDATE SET active_rules = excluded.active_rules,
+				occurred_at = excluded.occurred_at, event_id = excluded.event_id
+			WHERE (excluded.occurred_at, excluded.event_id) > (provider_orgs.occurred_at, provider_orgs.event_id)`,
+			c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String())
+		return err
+	})
+	if err != nil {
+		s.logger.Error("call not applied", "key", key, "err", err)
+		answer(w, http.StatusServiceUnavailable, "not applied: the database failed")
+		return
+	}
+	s.logger.Info(map[bool]string{false: "quota change applied", true: "duplicate absorbed"}[duplicate],
+		"key", key, "org", c.Payload.OrgID.String(), "active_rules", *c.Payload.ActiveRules, "attempt_ts", r.Header.Get("webhook-timestamp"))
+	if s.failEach > 0 && n%int64(s.failEach) == 0 {
+		s.injected.Add(1)
+		answer(w, http.StatusServiceUnavailable, "injected failure (PROVIDER_FAIL_EVERY) after the commit")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]bool{"duplicate": duplicate})
+}
+
+// Applied is what GET /applied answers.
+type Applied struct {
+	Applied    int64            `json:"applied"`    // keys applied, each once (durable)
+	Duplicates int64            `json:"duplicates"` // calls whose key was applied before (durable)
+	ByOrg      map[string]int64 `json:"byOrg"`      // each org's count as of its newest change
+	Rejected   int64            `json:"rejected"`   // calls refused for their signature, since start
+	Injected   int64            `json:"injected"`   // failures answered by PROVIDER_FAIL_EVERY, since start
+}
+
+func (s *Server) applied(w http.ResponseWriter, r *http.Request) {
+	out := Applied{ByOrg: map[string]int64{}, Rejected: s.rejected.Load(), Injected: s.injected.Load()}
+	err := s.db.InTx(r.Context(), sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error {
+		if err := tx.QueryRow(r.Context(), `SELECT (SELECT count(*) FROM provider_applied),
+			(SELECT n FROM provider_counters WHERE name = 'duplicates')`).Scan(&out.Applied, &out.Duplicates); err != nil {
+			return err
+		}
+		rows, err := tx.Query(r.Context(), `SELECT org_id, active_rules FROM provider_orgs`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var org string
+			var n int64
+			if err := rows.Scan(&org, &n); err != nil {
+				return err
+			}
+			out.ByOrg[org] = n
+		}
+		return rows.Err()
+	})
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		answer(w, http.StatusServiceUnavailable, "database: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func answer(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// splitAddr is net.SplitHostPort with a port that must be a number.
+func splitAddr(addr string) (string, string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && strings.Trim(port, "0123456789") != "" {
+		err = errors.New("the port is not a number")
+	}
+	return host, port, err
+}
+
+// HealthURL is the /healthz URL of a stand-in listening on addr (wildcard
+// hosts asked on loopback).
+func HealthURL(addr string) (string, error) {
+	host, port, err := splitAddr(addr)
+	if err != nil {
+		return "", fmt.Errorf("PROVIDER_ADDR: %q is not host:port: %w", addr, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/healthz", nil
+}
