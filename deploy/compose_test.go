@@ -31,6 +31,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/internal/standin"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
 )
 
@@ -52,6 +53,16 @@ var binaries = map[string]binary{
 	"billing": {
 		vars: config.BillingVars,
 		load: func(l config.Lookup) error { return loadAll(l, config.LoadBilling) },
+	},
+}
+
+// standIns are the binaries of ours that stand in for an outside service (not
+// one of the pair: none of the pair's rules on EVENTS_TOKEN, auth, tracing or
+// databases applies to them), by binary name.
+var standIns = map[string]binary{
+	"provider": {
+		vars: standin.Vars,
+		load: func(l config.Lookup) error { _, err := standin.Load(l); return err },
 	},
 }
 
@@ -222,11 +233,30 @@ func (b bundle) apps(t *testing.T) map[string]types.ServiceConfig {
 				apps[svc.Command[0]] = svc
 				continue
 			}
+			if _, ok := standIns[svc.Command[0]]; ok {
+				continue // checked by standInServices
+			}
 		}
 		require.Contains(t, infra, name, "service %s runs none of our binaries", name)
 	}
 	require.Len(t, apps, len(binaries), "docker-compose.yml must run each binary once")
 	return apps
+}
+
+// standInServices returns the services that run a stand-in, by binary name.
+func (b bundle) standInServices(t *testing.T) map[string]types.ServiceConfig {
+	t.Helper()
+	out := map[string]types.ServiceConfig{}
+	for _, svc := range b.project.Services {
+		if len(svc.Command) > 0 {
+			if _, ok := standIns[svc.Command[0]]; ok {
+				require.NotContains(t, out, svc.Command[0], "docker-compose.yml runs %s twice", svc.Command[0])
+				out[svc.Command[0]] = svc
+			}
+		}
+	}
+	require.Len(t, out, len(standIns), "docker-compose.yml must run each stand-in once")
+	return out
 }
 
 func env(svc types.ServiceConfig) map[string]string {
@@ -335,6 +365,36 @@ func natsServerOptions(t *testing.T, ns types.ServiceConfig) *server.Options {
 
 // composeChecks are the checks every compose variant must pass.
 func composeChecks(t *testing.T, variant string, files []string) {
+
+	t.Run("each stand-in is set exactly the variables it reads, loads them, publishes its port and runs the binary the Dockerfile builds", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		for bin, svc := range b.standInServices(t) {
+			vars := standIns[bin].vars
+			for name := range svc.Environment {
+				require.Contains(t, vars, name, "%s sets %s, which %s does not read (renamed?)", svc.Name, name, bin)
+			}
+			for _, name := range vars {
+				require.Contains(t, svc.Environment, name, "%s reads %s; set it explicitly in docker-compose.yml", bin, name)
+			}
+			e := env(svc)
+			require.NoError(t, standIns[bin].load(func(name string) (string, bool) { v, ok := e[name]; return v, ok }),
+				"%s's environment in docker-compose.yml", svc.Name)
+			_, port, err := net.SplitHostPort(e[strings.ToUpper(bin)+"_ADDR"])
+			require.NoError(t, err, "%s: %s_ADDR", svc.Name, strings.ToUpper(bin))
+			published := slices.ContainsFunc(svc.Ports, func(p types.ServicePortConfig) bool {
+				return p.Published == port && strconv.Itoa(int(p.Target)) == port
+			})
+			require.True(t, published, "%s listens on %s but does not publish it as %s:%s", svc.Name, port, port, port)
+			require.Equal(t, types.ShellCommand{bin, "serve"}, svc.Command, svc.Name)
+			require.Equal(t, types.HealthCheckTest{"CMD", "/usr/local/bin/" + bin, "healthcheck"}, svc.HealthCheck.Test, svc.Name)
+			require.Contains(t, b.dockerfile.copied, "/usr/local/bin/"+bin, "the Dockerfile does not copy %s", bin)
+			require.Contains(t, b.dockerfile.built, "./cmd/"+bin, "the Dockerfile does not build ./cmd/%s", bin)
+			for _, app := range b.apps(t) {
+				require.NotEqual(t, port, listenPort(t, app), "%s and %s listen on one port", svc.Name, app.Name)
+			}
+		}
+	})
 
 	t.Run("every variable set is one the service reads, and every one it reads is set", func(t *testing.T) {
 		t.Parallel()
