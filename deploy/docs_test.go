@@ -139,6 +139,10 @@ var unrunCommands = map[string]string{
 	"createdb -h 127.0.0.1 -U postgres billing":  "creates a database on your server: TestWalkthrough/postgres",
 	`(export EVENTS_TOKEN=dev-token AUTH_DISABLED=true; trap 'kill 0' TERM; DATABASE_URL='postgres://postgres@127.0.0.1:5432/billing?sslmode=disable' go run ./cmd/billing > billing-postgres.log 2>&1 & DATABASE_URL='postgres://postgres@127.0.0.1:5432/labeling?sslmode=disable' go run ./cmd/labeling > labeling-postgres.log 2>&1 & wait) &`: "fixed ports 8080 and 8081: TestWalkthrough/postgres",
 	"kill $!": "stops the pair the line before the walk-through started: TestWalkthrough/postgres stops its own",
+	// The stand-in provider on its fixed port 8082 and ./data: cmd/provider's
+	// TestStandIn starts the same binary with the same kind of secret on a
+	// free port.
+	"PROVIDER_SECRET=whsec_ZGV2LXByb3ZpZGVyLXNlY3JldC1jaGFuZ2UtbWUhISE= go run ./cmd/provider": "fixed port 8082 and ./data: cmd/provider's TestStandIn",
 }
 
 // docCommand is one command line of a ```sh or ```bash block of the docs.
