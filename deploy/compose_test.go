@@ -324,6 +324,13 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
+	t.Run("PROVIDER_SECRET from the shell reaches the stand-in provider", func(t *testing.T) {
+		t.Parallel()
+		secret := "whsec_c2hlbGwtc2VjcmV0LXNoZWxsLXNlY3JldC1zaGVsbA=="
+		b := setup(t, "PROVIDER_SECRET="+secret)
+		require.Equal(t, secret, env(b.standInServices(t)["provider"])["PROVIDER_SECRET"])
+	})
+
 	t.Run("nats: passwords from the shell reach the server and the services", func(t *testing.T) {
 		t.Parallel()
 		b := setupFiles(t, composeVariants["nats"], "LABELING_NATS_PASSWORD=l-from-shell", "BILLING_NATS_PASSWORD=b-from-shell")
