@@ -111,8 +111,13 @@ type call struct {
 // answers only after the commit.
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		answer(w, http.StatusRequestEntityTooLarge, "body over 64 KiB")
+		return
+	case err != nil:
+		answer(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
 	// The library checks the signature (constant-time) and the timestamp's
