@@ -30,8 +30,8 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
-	return serveApp(cfg, auth.SettingsFrom(authCfg), lookup)
+	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
+	return serveApp(cfg, authCfg.Settings(), lookup)
 }
 
 // serveApp is the billing app: the pool (migrated on start), the HTTP server, the
@@ -40,16 +40,14 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
 	logger := service.Logger("billing")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTPAddr, authn.Disabled)
+	service.WarnOpenListen(logger, cfg.HTTP.Addr, authn.Disabled)
 	return service.Run(
 		fx.Supply(
 			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: database.Bounds{
-				StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
-			}},
-			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
-			retention.Config{Interval: cfg.CleanupInterval},
-			billing.Config{EventsToken: cfg.EventsToken, EventsTokenPrevious: cfg.EventsTokenPrevious, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
+			cfg.HTTP,
+			cfg.Cleanup,
+			cfg.Billing,
 			authn,
 			telemetry.Config{Service: "billing", Lookup: lookup},
 			consoleConfig(cfg),
@@ -84,12 +82,12 @@ func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
 // replay` checks them.
 func consoleConfig(cfg config.Billing) billing.ConsoleConfig {
 	transport := config.TransportHTTP
-	if cfg.NATSURL != "" {
+	if cfg.NATS.URL != "" {
 		transport = "http and nats"
 	}
-	keys := [][]byte{[]byte(cfg.EventsToken)}
-	if cfg.EventsTokenPrevious != "" {
-		keys = append(keys, []byte(cfg.EventsTokenPrevious))
+	keys := [][]byte{[]byte(cfg.Billing.EventsToken)}
+	if cfg.Billing.EventsTokenPrevious != "" {
+		keys = append(keys, []byte(cfg.Billing.EventsTokenPrevious))
 	}
 	return billing.ConsoleConfig{Transport: transport, LabelingConsoleURL: cfg.ConsoleLabelingURL, ReplayKeys: keys}
 }

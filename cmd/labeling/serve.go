@@ -33,11 +33,11 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
+	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
 	logger := service.Logger("labeling")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTPAddr, authCfg.Disabled)
-	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger, labeling.Events()))
+	service.WarnOpenListen(logger, cfg.HTTP.Addr, authCfg.Disabled)
+	return service.Run(serveOptions(cfg, authCfg.Settings(), lookup, logger, labeling.Events()))
 }
 
 // serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
@@ -47,10 +47,10 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 	return fx.Options(
 		fx.Supply(
 			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
-			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
-			outbox.ConfigFrom(cfg),
-			retention.Config{Interval: cfg.CleanupInterval},
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: cfg.Bounds},
+			cfg.HTTP,
+			cfg.Relay,
+			cfg.Cleanup,
 			authn,
 			telemetry.Config{Service: "labeling", Lookup: lookup},
 			labeling.ConsoleConfig{Transport: cfg.EventsTransport, BillingConsoleURL: cfg.ConsoleBillingURL, TraceURL: cfg.ConsoleTraceURL},
@@ -84,16 +84,7 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 	if cfg.EventsTransport == config.TransportNATS {
 		return fx.Options(
 			fx.Provide(
-				func() (*stream.Publisher, error) {
-					return stream.NewPublisher(stream.PublisherConfig{
-						URL:             cfg.NATSURL,
-						Creds:           cfg.NATSCreds,
-						Replicas:        cfg.NATSReplicas,
-						DuplicateWindow: cfg.NATSDuplicateWindow,
-						Key:             []byte(cfg.EventsToken),
-						Consumers:       cfg.NATSConsumers,
-					}, logger)
-				},
+				func() (*stream.Publisher, error) { return stream.NewPublisher(cfg.NATS, logger) },
 				func(p *stream.Publisher) []outbox.Subscriber { return labeling.Subscribers(events, p.Publish) },
 			),
 			stream.Module,
@@ -103,19 +94,14 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 		billing, err := delivery.New(delivery.Config{
 			BaseURL:      cfg.BillingURL,
 			Token:        cfg.EventsToken,
-			Timeout:      cfg.HandlerTimeout,
-			MaxIdleConns: cfg.Workers,
+			Timeout:      cfg.Relay.HandlerTimeout,
+			MaxIdleConns: cfg.Relay.Workers,
 		}, logger)
 		if err != nil {
 			return nil, err
 		}
 		return labeling.Subscribers(events, billing.Deliver), nil
 	})
-}
-
-// dbBounds are the database's bounds from the configuration.
-func dbBounds(b config.Bounds) database.Bounds {
-	return database.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
 }
 
 // logDefaultDatabase says, at start, that DATABASE_URL was unset and which

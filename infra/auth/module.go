@@ -4,20 +4,13 @@ import (
 	"log/slog"
 
 	"go.uber.org/fx"
-
-	"github.com/acme/outboxpair/infra/config"
 )
 
 // Settings is how a service asks for authentication: Disabled, or a Config. The
-// service's wiring fills it from infra/config.Auth.
+// service's wiring fills it from the AUTH_* variables (infra/config.Auth).
 type Settings struct {
 	Disabled bool
 	Config   Config
-}
-
-// SettingsFrom turns the variables (AUTH_*) into Settings.
-func SettingsFrom(c config.Auth) Settings {
-	return Settings{Disabled: c.Disabled, Config: Config{JWKSURL: c.JWKSURL, Issuer: c.Issuer, Audience: c.Audience}}
 }
 
 // Module provides the *Guard the HTTP slices put on their org routes, from the

@@ -26,23 +26,14 @@ type DB interface {
 	Close() error
 }
 
-// Bounds are the limits of the service's statements (0: the dialect's default).
-// On PostgreSQL they are statement_timeout and lock_timeout; on SQLite the
-// statement timeout bounds each transaction (interrupting its statement) and
-// the lock timeout is the busy timeout.
-type Bounds struct {
-	StatementTimeout time.Duration
-	LockTimeout      time.Duration
-}
-
 // Open opens url's database with b. It does not wait for a PostgreSQL server
 // (a service may start while it comes up; /readyz tells when it answers); a
 // SQLite file and its folder are created when missing.
-func Open(ctx context.Context, url string, b Bounds) (DB, error) {
+func Open(ctx context.Context, url string, b sqldb.Bounds) (DB, error) {
 	if sqldb.DialectOf(url) == sqldb.SQLite {
-		return sqlite.Open(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+		return sqlite.Open(ctx, url, b)
 	}
-	pool, err := postgres.OpenBounded(ctx, url, postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+	pool, err := postgres.OpenBounded(ctx, url, b)
 	if err != nil {
 		return nil, err
 	}
@@ -52,9 +43,9 @@ func Open(ctx context.Context, url string, b Bounds) (DB, error) {
 // OpenExisting is Open for a command that must not create a database: a
 // missing SQLite file is an error naming its absolute path (a PostgreSQL
 // database is never created anyway).
-func OpenExisting(ctx context.Context, url string, b Bounds) (DB, error) {
+func OpenExisting(ctx context.Context, url string, b sqldb.Bounds) (DB, error) {
 	if sqldb.DialectOf(url) == sqldb.SQLite {
-		return sqlite.OpenExisting(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+		return sqlite.OpenExisting(ctx, url, b)
 	}
 	db, err := Open(ctx, url, b)
 	if err != nil {
@@ -130,7 +121,7 @@ func MigrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.
 }
 
 func migrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.Logger, logOpen bool) error {
-	db, err := Open(ctx, url, Bounds{})
+	db, err := Open(ctx, url, sqldb.Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
@@ -145,7 +136,7 @@ func migrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.
 type Config struct {
 	URL        string
 	Migrations migrations.Set
-	Bounds     Bounds
+	Bounds     sqldb.Bounds
 }
 
 // Module provides the service's sqldb.DB (with cfg.Bounds). On start it applies

@@ -21,6 +21,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -31,19 +32,6 @@ import (
 // LISTEN), so neither waits for the other's; pgx's own default (4, or the CPU
 // count) is too few for the handlers of a busy service.
 const DefaultMaxConns = 12
-
-// Bounds are the limits every pooled connection starts with (0 leaves the server's
-// setting). A statement or a lock wait over its bound fails with a PostgreSQL error
-// that Unavailable reports, so the caller answers 503 instead of waiting for ever.
-//
-// A bounded pool also ends abandoned transactions: idle_in_transaction_session_timeout
-// is IdleInTransactionTimeout(StatementTimeout), so a transaction whose client
-// went away (a partition cut it between two statements) releases its locks
-// within seconds of the cut, not when TCP finally notices.
-type Bounds struct {
-	StatementTimeout time.Duration // statement_timeout
-	LockTimeout      time.Duration // lock_timeout
-}
 
 // The bounds of the idle-in-transaction timeout. No use case waits on anything
 // but the database between two statements of a transaction, so a gap of a
@@ -71,11 +59,18 @@ const Isolation = "read committed"
 // database: a service may start while its database is still coming up, and /readyz
 // tells when it answers.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return OpenBounded(ctx, url, Bounds{})
+	return OpenBounded(ctx, url, sqldb.Bounds{})
 }
 
-// OpenBounded is Open with b set on every connection.
-func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, error) {
+// OpenBounded is Open with b set on every connection: statement_timeout and
+// lock_timeout (0 leaves the server's setting). A statement or a lock wait
+// over its bound fails with a PostgreSQL error that Unavailable reports, so
+// the caller answers 503 instead of waiting for ever. A bounded pool also ends
+// abandoned transactions: idle_in_transaction_session_timeout is
+// IdleInTransactionTimeout(b.StatementTimeout), so a transaction whose client
+// went away (a partition cut it between two statements) releases its locks
+// within seconds of the cut, not when TCP finally notices.
+func OpenBounded(ctx context.Context, url string, b sqldb.Bounds) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)

@@ -28,6 +28,10 @@ type Policy struct {
 // DefaultChunk is the most rows one delete statement removes when Config.Chunk is 0.
 const DefaultChunk = 1000
 
+// DefaultInterval is how often retention runs when Config.Interval is not
+// set otherwise (CLEANUP_INTERVAL's default).
+const DefaultInterval = time.Hour
+
 // Config tunes the cleanup.
 type Config struct {
 	Interval time.Duration // how often retention runs
@@ -36,6 +40,22 @@ type Config struct {
 	Chunk int
 	// Now is the cleanup's clock (nil means time.Now).
 	Now func() time.Time
+}
+
+// Validate reports a negative Interval or Chunk as "Field: what is wrong":
+// Check with the fields' own names.
+func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c Config) Check(name func(field string) string) error {
+	switch {
+	case c.Interval < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("Interval"), c.Interval)
+	case c.Chunk < 0:
+		return fmt.Errorf("%s: %d must not be negative", name("Chunk"), c.Chunk)
+	}
+	return nil
 }
 
 var (

@@ -49,7 +49,7 @@ const withinSlack = 100 * time.Millisecond
 // StopGrace is what an orchestrator gives a process between SIGTERM and SIGKILL
 // by default (Kubernetes' terminationGracePeriodSeconds; docker-compose.yml's
 // stop_grace_period): the stop budget, StopTimeout, stays under it for every
-// HTTP_REQUEST_TIMEOUT the configuration accepts (config.MaxRequestTimeout).
+// HTTP_REQUEST_TIMEOUT the configuration accepts (web.MaxRequestTimeout).
 const StopGrace = 30 * time.Second
 
 // StartTimeout bounds start-up, including waiting for another replica's migrations.

@@ -66,9 +66,32 @@ type ConsumerConfig struct {
 	GaugeEvery time.Duration
 }
 
+// DefaultAckWait is AckWait when zero (NATS_ACK_WAIT's default);
+// MaxAckWait the longest Validate accepts.
+const (
+	DefaultAckWait = 30 * time.Second
+	MaxAckWait     = 24 * time.Hour
+)
+
+// Validate reports an AckWait out of its range as "AckWait: what is wrong":
+// Check with the fields' own names.
+func (c ConsumerConfig) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c ConsumerConfig) Check(name func(field string) string) error {
+	switch {
+	case c.AckWait < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("AckWait"), c.AckWait)
+	case c.AckWait > MaxAckWait:
+		return fmt.Errorf("%s: %s is more than the maximum of %s", name("AckWait"), c.AckWait, MaxAckWait)
+	}
+	return nil
+}
+
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = DefaultAckWait
 	}
 	if c.NakBase <= 0 {
 		c.NakBase = 250 * time.Millisecond

@@ -46,8 +46,15 @@ var Module = fx.Module("web",
 	fx.Provide(New, NewServer),
 )
 
-// DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0.
+// DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0
+// (HTTP_REQUEST_TIMEOUT's default).
 const DefaultRequestTimeout = 8 * time.Second
+
+// MaxRequestTimeout is the longest RequestTimeout Validate accepts: it keeps
+// the stop budget under an orchestrator's 30 s (service.StopGrace), since the
+// drain's share is the request timeout plus 2 s and the other shares take
+// 12 s, so 15 s makes a 29 s stop.
+const MaxRequestTimeout = 15 * time.Second
 
 // drainSlack is what a drain allows beyond the request timeout: writing the answer
 // of a request that used all of its time.
@@ -60,6 +67,23 @@ type Config struct {
 	// DefaultRequestTimeout): a request waiting on a lock or a slow database ends
 	// with a 503 instead of holding its connection for ever.
 	RequestTimeout time.Duration
+}
+
+// Validate reports a RequestTimeout out of its range (negative, or over
+// MaxRequestTimeout) as "RequestTimeout: what is wrong": Check with the
+// fields' own names.
+func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c Config) Check(name func(field string) string) error {
+	switch {
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("RequestTimeout"), c.RequestTimeout)
+	case c.RequestTimeout > MaxRequestTimeout:
+		return fmt.Errorf("%s: %s is more than the maximum of %s", name("RequestTimeout"), c.RequestTimeout, MaxRequestTimeout)
+	}
+	return nil
 }
 
 // Pinger answers whether the database is reachable; *pgxpool.Pool fits.
