@@ -7,17 +7,19 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/stream"
 )
 
 // natsConsumer is billing's durable consumer of LABELING_EVENTS when NATS_URL is
 // set, nothing otherwise. Registered after billing.Module, it starts last and
-// stops first, before the pool closes.
+// stops first, before the pool closes, within its own share of the stop
+// budget (stream.ConsumerStopShare).
 func natsConsumer(cfg config.Billing) fx.Option {
 	if cfg.NATS.URL == "" {
 		return fx.Options()
 	}
-	return fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
+	return stopbudget.Module(stream.ConsumerStopShare, fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
 		handle, err := svc.NATSHandler(cfg.NATSIntake)
 		if err != nil {
 			return err
@@ -28,5 +30,5 @@ func natsConsumer(cfg config.Billing) fx.Option {
 		}
 		lc.Append(fx.Hook{OnStart: c.Start, OnStop: c.Stop})
 		return nil
-	})
+	}))
 }

@@ -41,7 +41,12 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 	logger := service.Logger("billing")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
 	service.WarnOpenListen(logger, cfg.HTTP.Addr, authn.Disabled)
-	return service.Run(
+	return service.Run(serveOptions(cfg, authn, lookup, logger))
+}
+
+// serveOptions is the billing app serveApp runs.
+func serveOptions(cfg config.Billing, authn auth.Settings, lookup config.Lookup, logger *slog.Logger) fx.Option {
+	return fx.Options(
 		fx.Supply(
 			logger,
 			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
@@ -53,19 +58,19 @@ func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) err
 			consoleConfig(cfg),
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
+		telemetry.Module,
 		fx.Provide(func(db sqldb.DB) web.Pinger { return db }),
 		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
+		database.Module,
 		web.Module,
 		auth.Module,
 		// Stops after the HTTP server has drained, within its own share.
-		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
+		retention.Module,
 		billing.Module,
 		// The operator pages under /console/: reads, and replay when wired.
 		billing.ConsoleModule,
 		// Stops after the HTTP server has drained, within its own share.
-		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
+		natsConsumer(cfg),
 	)
 }
 

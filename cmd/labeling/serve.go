@@ -14,6 +14,7 @@ import (
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
@@ -56,7 +57,7 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 			labeling.ConsoleConfig{Transport: cfg.EventsTransport, BillingConsoleURL: cfg.ConsoleBillingURL, TraceURL: cfg.ConsoleTraceURL},
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
+		telemetry.Module,
 		transport(cfg, logger, events),
 		fx.Provide(
 			func(db sqldb.DB) web.Pinger { return db },
@@ -64,13 +65,13 @@ func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup
 			outbox.NewStore,
 		),
 		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
+		database.Module,
 		web.Module,
 		auth.Module,
 		// Each background component stops within its own share of the budget,
 		// after the HTTP server has drained (service.Run stops the server first).
-		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),
-		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
+		outbox.Module,
+		retention.Module,
 		labeling.Module,
 		// The operator pages under /console/: reads and admin actions only.
 		labeling.ConsoleModule,
@@ -87,7 +88,9 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 				func() (*stream.Publisher, error) { return stream.NewPublisher(cfg.NATS, logger) },
 				func(p *stream.Publisher) []outbox.Subscriber { return labeling.Subscribers(events, p.Publish) },
 			),
-			stream.Module,
+			// The publisher is the relay's transport: its stop is part of the
+			// relay's share.
+			stopbudget.Part(outbox.StopShare.Name, stream.Module),
 		)
 	}
 	return fx.Provide(func() ([]outbox.Subscriber, error) {

@@ -13,8 +13,14 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/stopbudget"
+	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 )
 
@@ -435,6 +441,10 @@ func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
 		"labeling": func(l config.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
 		"billing":  func(l config.Lookup) (web.Config, error) { c, err := config.LoadBilling(l); return c.HTTP, err },
 	}
+	background := map[string][]stopbudget.Share{
+		"labeling": {outbox.StopShare, retention.StopShare, database.StopShare, telemetry.StopShare},
+		"billing":  {stream.ConsumerStopShare, retention.StopShare, database.StopShare, telemetry.StopShare},
+	}
 	for svc, load := range loaders {
 		t.Run(svc+": the largest accepted timeout stops under 30s, a larger one is refused naming it", func(t *testing.T) {
 			t.Parallel()
@@ -444,7 +454,10 @@ func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, web.MaxRequestTimeout, b.RequestTimeout)
 			server := web.NewServer(web.Config{RequestTimeout: b.RequestTimeout}, echo.New(), slog.New(slog.DiscardHandler))
-			budget := service.StopTimeout(server.DrainTimeout())
+			// The shares of the service's components (cmd's tests hold the
+			// apps to declaring exactly these).
+			budget := stopbudget.Total(append([]stopbudget.Share{{Name: web.StopStep, Timeout: server.DrainTimeout()}},
+				background[svc]...))
 			require.Less(t, budget, service.StopGrace, "the stop budget at HTTP_REQUEST_TIMEOUT=%s", web.MaxRequestTimeout)
 			require.LessOrEqual(t, service.StopGrace, 30*time.Second, "Kubernetes' default grace")
 

@@ -17,6 +17,8 @@ import (
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/infra/stopbudget"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -29,11 +31,11 @@ type DB interface {
 // Open opens url's database with b. It does not wait for a PostgreSQL server
 // (a service may start while it comes up; /readyz tells when it answers); a
 // SQLite file and its folder are created when missing.
-func Open(ctx context.Context, url string, b sqldb.Bounds) (DB, error) {
+func Open(ctx context.Context, url string, b sqldb.Bounds, opts ...postgres.Option) (DB, error) {
 	if sqldb.DialectOf(url) == sqldb.SQLite {
 		return sqlite.Open(ctx, url, b)
 	}
-	pool, err := postgres.OpenBounded(ctx, url, b)
+	pool, err := postgres.OpenBounded(ctx, url, b, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -139,13 +141,21 @@ type Config struct {
 	Bounds     sqldb.Bounds
 }
 
-// Module provides the service's sqldb.DB (with cfg.Bounds). On start it applies
-// the pending migrations over a connection of their own without the bounds,
-// before any component that uses the database starts; on stop it closes the
-// database after them.
-var Module = fx.Module("database",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (sqldb.DB, error) {
-		db, err := Open(context.Background(), cfg.URL, cfg.Bounds)
+// StopShare is the pool's close's share of the stop budget (contract section
+// 5). A pool whose connections a partition holds may not finish closing
+// (each one waits to say goodbye); it is left to the process exit, and the
+// server ends those sessions (idle_in_transaction_session_timeout,
+// infra/postgres), so nothing is lost by not waiting.
+var StopShare = stopbudget.Share{Name: "database", Timeout: time.Second}
+
+// Module provides the service's sqldb.DB (with cfg.Bounds; its PostgreSQL
+// statements traced when the app's *telemetry.Provider is on). On start it
+// applies the pending migrations over a connection of their own without the
+// bounds, before any component that uses the database starts; on stop it
+// closes the database after them, within StopShare.
+var Module = stopbudget.Module(StopShare, fx.Module("database",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger, tp *telemetry.Provider) (sqldb.DB, error) {
+		db, err := Open(context.Background(), cfg.URL, cfg.Bounds, postgres.Traced(tp.On()))
 		if err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
@@ -157,7 +167,7 @@ var Module = fx.Module("database",
 		})
 		return db, nil
 	}),
-)
+))
 
 // closeWithin closes db, waiting no longer than ctx: a PostgreSQL pool's close
 // waits for each connection's goodbye, which an unreachable server never

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 )
@@ -223,11 +224,14 @@ func (c *Cleanup) apply(ctx context.Context, p Policy) (int64, error) {
 	}
 }
 
+// StopShare is the cleanup's share of the stop budget (contract section 5).
+var StopShare = stopbudget.Share{Name: "retention", Timeout: 2 * time.Second}
+
 // Module provides the cleanup of every Policy in the "retention" group, started
-// and stopped with the app.
-var Module = fx.Module("retention",
+// and stopped with the app; its stop takes at most StopShare.
+var Module = stopbudget.Module(StopShare, fx.Module("retention",
 	fx.Provide(func(p Params) *Cleanup { return New(p.Config, p.Policies, p.Logger) }),
 	fx.Invoke(func(lc fx.Lifecycle, c *Cleanup) {
 		lc.Append(fx.Hook{OnStart: c.Start, OnStop: c.Stop})
 	}),
-)
+))

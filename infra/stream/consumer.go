@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/acme/outboxpair/infra/stopbudget"
 )
 
 // Message is one delivery of a stream message to a consumer's handler.
@@ -65,6 +67,12 @@ type ConsumerConfig struct {
 	// when zero.
 	GaugeEvery time.Duration
 }
+
+// ConsumerStopShare is a consumer's share of the stop budget (contract
+// section 5: billing's NATS consumer, 8s): waiting for the handlers of the
+// messages in flight, then closing. The app that runs a Consumer declares it
+// (stopbudget.Module) around the hook that stops it.
+var ConsumerStopShare = stopbudget.Share{Name: "nats-consumer", Timeout: 8 * time.Second}
 
 // DefaultAckWait is AckWait when zero (NATS_ACK_WAIT's default);
 // MaxAckWait the longest Validate accepts.

@@ -33,18 +33,42 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/telemetry"
 )
 
 // MaxBody is the largest request body DecodeJSON reads; more is a 413.
 const MaxBody = 64 << 10
 
-// Module provides the echo instance and the server that runs it. It does not put
-// the server in the lifecycle: service.Run does, last, so that the server starts
-// after everything it serves and stops first.
+// StopStep names the server's share of the stop budget: its DrainTimeout,
+// declared by Module. service.Run bounds the server's stop by it; the
+// authentication's key refresh (infra/auth) stops within what the drain left.
+const StopStep = "http"
+
+// Module provides the echo instance (traced when the app's *telemetry.Provider
+// is on) and the server that runs it, and declares the server's share of the
+// stop budget (StopStep, its DrainTimeout). It does not put the server in the
+// lifecycle: service.Run does, last, so that the server starts after
+// everything it serves and stops first.
 var Module = fx.Module("web",
-	fx.Provide(New, NewServer),
+	fx.Provide(
+		func(logger *slog.Logger, db Pinger, tp *telemetry.Provider) *echo.Echo {
+			return New(logger, db, Traced(tp.On()))
+		},
+		NewServer,
+	),
+	stopbudget.Declare(StopStep, (*Server).DrainTimeout),
 )
+
+// Option changes what New builds.
+type Option func(*options)
+
+type options struct{ traced bool }
+
+// Traced makes New trace every request (telemetry.Middleware) when on: the
+// app passes its *telemetry.Provider's On, so nothing reads the global
+// provider at construction. Off, or without it, a request costs nothing more.
+func Traced(on bool) Option { return func(o *options) { o.traced = on } }
 
 // DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0
 // (HTTP_REQUEST_TIMEOUT's default).
@@ -155,16 +179,20 @@ func Clip(s string, n int) string {
 }
 
 // New returns an echo instance with the error handler, request metrics and
-// logging, and /healthz, /readyz (a ping of db) and /metrics.
-func New(logger *slog.Logger, db Pinger) *echo.Echo {
+// logging, and /healthz, /readyz (a ping of db) and /metrics; traced when
+// opts say so (Traced).
+func New(logger *slog.Logger, db Pinger, opts ...Option) *echo.Echo {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = ErrorHandler(logger)
 	// Outside the request log, so that its line and the error handler's are
-	// written inside the request's span. Only with tracing on (telemetry.Start
-	// runs before New: its module comes first), so with it off a request
-	// costs nothing more, not even a closure.
-	if telemetry.Enabled() {
+	// written inside the request's span. Only with tracing on (Traced), so
+	// with it off a request costs nothing more, not even a closure.
+	if o.traced {
 		e.Use(telemetry.Middleware())
 	}
 	e.Use(observe(logger))
