@@ -136,13 +136,17 @@ var ErrRetention = errors.New("stream " + Name + " exists without interest reten
 	"wait until every consumer has nothing pending (nats consumer info " + Name + " billing), " +
 	"then delete the stream (nats stream rm " + Name + "); labeling recreates it with interest retention")
 
-// NewPublisher returns a publisher for cfg; it does not connect until Start.
+// NewPublisher returns a publisher for cfg (Replicas 0 is DefaultReplicas);
+// it refuses a cfg that Validate refuses, and does not connect until Start.
 func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("NATS_URL: required with EVENTS_TRANSPORT=nats")
 	}
 	if cfg.Replicas <= 0 {
-		cfg.Replicas = 1
+		cfg.Replicas = DefaultReplicas
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
 	}
 	if cfg.DuplicateWindow <= 0 {
 		return nil, errors.New("NATS_DUPLICATE_WINDOW: must be positive")
