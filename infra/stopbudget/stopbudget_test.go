@@ -46,6 +46,19 @@ func TestShares(t *testing.T) {
 		require.Contains(t, unbounded[0], "undeclaredStop")
 	})
 
+	t.Run("a part of a share the app does not declare is left as it is, and reported", func(t *testing.T) {
+		t.Parallel()
+		var unbounded []string
+		app := fx.New(
+			stopbudget.Audit(func(hook string) { unbounded = append(unbounded, hook) }),
+			stopbudget.Part("nobody-declared-it", fx.Invoke(func(lc fx.Lifecycle) { lc.Append(fx.Hook{OnStop: undeclaredStop}) })),
+			fx.NopLogger,
+		)
+		require.NoError(t, app.Err(), "a component runs alone, as in its own tests")
+		require.Len(t, unbounded, 1, "%v", unbounded)
+		require.Contains(t, unbounded[0], "undeclaredStop")
+	})
+
 	t.Run("the hooks of one share take no more than it together", func(t *testing.T) {
 		t.Parallel()
 		var second time.Duration
