@@ -1,6 +1,11 @@
 // Package config reads each service's settings from environment variables, the
-// only configuration source (contract section 1). A bad or missing value is an
-// error naming the variable, so the process stops at start with a one-line message.
+// only configuration source (contract section 1), and maps them into the
+// components' Configs (outbox.Config, web.Config, sqldb.Bounds, ...). It holds
+// no component's rule nor default: it parses each value (syntax, sign, the
+// component's maximum), then runs the component's own Check with each field
+// named by its variable. A bad or missing value is an error naming the
+// variable, so the process stops at start with a one-line message. Only the
+// binaries (cmd/) import it.
 package config
 
 import (
