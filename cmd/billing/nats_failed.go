@@ -11,6 +11,7 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // natsFailed is `billing nats failed`: it prints billing_nats_failed, one message
@@ -25,7 +26,7 @@ func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := database.OpenExisting(ctx, cfg.DatabaseURL, database.Bounds{})
+	db, err := database.OpenExisting(ctx, cfg.DatabaseURL, sqldb.Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}

@@ -64,9 +64,7 @@ func natsReplay(ids []int64) cli.Action {
 		defer cancel()
 		// An existing database only: replay on a wrong path would otherwise
 		// create an empty one and report "replayed 0 of 0 records".
-		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, database.Bounds{
-			StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
-		})
+		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
 		if err != nil {
 			return fmt.Errorf("DATABASE_URL: %w", err)
 		}

@@ -30,8 +30,8 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
-	return serveApp(cfg, auth.SettingsFrom(authCfg), lookup)
+	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
+	return serveApp(cfg, authCfg.Settings(), lookup)
 }
 
 // serveApp is the billing app: the pool (migrated on start), the HTTP server, the
@@ -40,34 +40,37 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
 	logger := service.Logger("billing")
 	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTPAddr, authn.Disabled)
-	return service.Run(
+	service.WarnOpenListen(logger, cfg.HTTP.Addr, authn.Disabled)
+	return service.Run(serveOptions(cfg, authn, lookup, logger))
+}
+
+// serveOptions is the billing app serveApp runs.
+func serveOptions(cfg config.Billing, authn auth.Settings, lookup config.Lookup, logger *slog.Logger) fx.Option {
+	return fx.Options(
 		fx.Supply(
 			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: database.Bounds{
-				StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
-			}},
-			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
-			retention.Config{Interval: cfg.CleanupInterval},
-			billing.Config{EventsToken: cfg.EventsToken, EventsTokenPrevious: cfg.EventsTokenPrevious, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
+			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
+			cfg.HTTP,
+			cfg.Cleanup,
+			cfg.Billing,
 			authn,
 			telemetry.Config{Service: "billing", Lookup: lookup},
 			consoleConfig(cfg),
 		),
 		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
+		telemetry.Module,
 		fx.Provide(func(db sqldb.DB) web.Pinger { return db }),
 		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
+		database.Module,
 		web.Module,
 		auth.Module,
 		// Stops after the HTTP server has drained, within its own share.
-		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
+		retention.Module,
 		billing.Module,
 		// The operator pages under /console/: reads, and replay when wired.
 		billing.ConsoleModule,
 		// Stops after the HTTP server has drained, within its own share.
-		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
+		natsConsumer(cfg),
 	)
 }
 
@@ -84,12 +87,12 @@ func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
 // replay` checks them.
 func consoleConfig(cfg config.Billing) billing.ConsoleConfig {
 	transport := config.TransportHTTP
-	if cfg.NATSURL != "" {
+	if cfg.NATS.URL != "" {
 		transport = "http and nats"
 	}
-	keys := [][]byte{[]byte(cfg.EventsToken)}
-	if cfg.EventsTokenPrevious != "" {
-		keys = append(keys, []byte(cfg.EventsTokenPrevious))
+	keys := [][]byte{[]byte(cfg.Billing.EventsToken)}
+	if cfg.Billing.EventsTokenPrevious != "" {
+		keys = append(keys, []byte(cfg.Billing.EventsTokenPrevious))
 	}
 	return billing.ConsoleConfig{Transport: transport, LabelingConsoleURL: cfg.ConsoleLabelingURL, ReplayKeys: keys}
 }

@@ -22,7 +22,7 @@ import (
 // DATABASE_URL's database (either dialect).
 func withStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
 	return operator(func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
-		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
+		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
 		if err != nil {
 			return fmt.Errorf("DATABASE_URL: %w", err)
 		}
