@@ -54,7 +54,7 @@ func TestStopBudgetIsTheDeclaredShares(t *testing.T) {
 				db        sqldb.DB
 			)
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-			app := fx.New(append(service.Options(&shares, serveOptions(cfg, authCfg.Settings(), lookup, logger)),
+			app := fx.New(append(service.Options(&shares, app(cfg, authCfg.Settings(), lookup).Options(logger, serveOptions(cfg))),
 				stopbudget.Audit(func(hook string) { unbounded = append(unbounded, hook) }),
 				fx.Populate(&db), fx.NopLogger)...)
 			require.NoError(t, app.Err())

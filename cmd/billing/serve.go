@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"log/slog"
 
 	"go.uber.org/fx"
 
@@ -12,9 +11,6 @@ import (
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
-	"github.com/acme/outboxpair/infra/sqldb"
-	"github.com/acme/outboxpair/infra/telemetry"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -31,39 +27,28 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 		return err
 	}
 	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
-	return serveApp(cfg, authCfg.Settings(), lookup)
-}
-
-// serveApp is the billing app: the pool (migrated on start), the HTTP server, the
-// cleanup, the quota API behind authentication and the event intake, the
-// JetStream consumer when configured, and tracing when OTEL_* asks for it.
-func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
 	logger := service.Logger("billing")
-	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTP.Addr, authn.Disabled)
-	return service.Run(serveOptions(cfg, authn, lookup, logger))
+	return service.Serve(app(cfg, authCfg.Settings(), lookup), logger, serveOptions(cfg))
 }
 
-// serveOptions is the billing app serveApp runs.
-func serveOptions(cfg config.Billing, authn auth.Settings, lookup config.Lookup, logger *slog.Logger) fx.Option {
+// app is what billing's serve shares with labeling's.
+func app(cfg config.Billing, authn auth.Settings, lookup config.Lookup) service.App {
+	return service.App{
+		Name:              "billing",
+		Database:          database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
+		DatabaseDefaulted: cfg.DatabaseDefaulted,
+		HTTP:              cfg.HTTP,
+		Cleanup:           cfg.Cleanup,
+		Auth:              authn,
+		Lookup:            lookup,
+	}
+}
+
+// serveOptions is billing's part of the app: the cleanup, the quota API and
+// the event intake, the console, and the JetStream consumer when configured.
+func serveOptions(cfg config.Billing) fx.Option {
 	return fx.Options(
-		fx.Supply(
-			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
-			cfg.HTTP,
-			cfg.Cleanup,
-			cfg.Billing,
-			authn,
-			telemetry.Config{Service: "billing", Lookup: lookup},
-			consoleConfig(cfg),
-		),
-		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		telemetry.Module,
-		fx.Provide(func(db sqldb.DB) web.Pinger { return db }),
-		// Closed after every user of it has stopped, within its own share.
-		database.Module,
-		web.Module,
-		auth.Module,
+		fx.Supply(cfg.Billing, consoleConfig(cfg)),
 		// Stops after the HTTP server has drained, within its own share.
 		retention.Module,
 		billing.Module,
@@ -72,14 +57,6 @@ func serveOptions(cfg config.Billing, authn auth.Settings, lookup config.Lookup,
 		// Stops after the HTTP server has drained, within its own share.
 		natsConsumer(cfg),
 	)
-}
-
-// logDefaultDatabase says, at start, that DATABASE_URL was unset and which
-// SQLite file is used instead.
-func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
-	if defaulted {
-		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
-	}
 }
 
 // consoleConfig is billing's console: its header and the replay of NATS

@@ -34,7 +34,7 @@ func stopBudget(t *testing.T, env map[string]string) (time.Duration, []string) {
 		db        sqldb.DB
 	)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	app := fx.New(append(service.Options(&shares, serveOptions(cfg, authCfg.Settings(), lookup, logger, labeling.Events())),
+	app := fx.New(append(service.Options(&shares, app(cfg, authCfg.Settings(), lookup).Options(logger, serveOptions(cfg, logger, labeling.Events()))),
 		stopbudget.Audit(func(hook string) { unbounded = append(unbounded, hook) }),
 		fx.Populate(&db), fx.NopLogger)...)
 	require.NoError(t, app.Err())

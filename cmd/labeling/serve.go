@@ -13,11 +13,8 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
-	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/stream"
-	"github.com/acme/outboxpair/infra/telemetry"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -36,38 +33,34 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 	}
 	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
 	logger := service.Logger("labeling")
-	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTP.Addr, authCfg.Disabled)
-	return service.Run(serveOptions(cfg, authCfg.Settings(), lookup, logger, labeling.Events()))
+	return service.Serve(app(cfg, authCfg.Settings(), lookup), logger, serveOptions(cfg, logger, labeling.Events()))
 }
 
-// serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
-// the outbox relay (publishing events) and cleanup, and the rules API behind
-// authentication.
-func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup, logger *slog.Logger, events []labeling.Publication) fx.Option {
+// app is what labeling's serve shares with billing's.
+func app(cfg config.Labeling, authn auth.Settings, lookup config.Lookup) service.App {
+	return service.App{
+		Name:              "labeling",
+		Database:          database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: cfg.Bounds},
+		DatabaseDefaulted: cfg.DatabaseDefaulted,
+		HTTP:              cfg.HTTP,
+		Cleanup:           cfg.Cleanup,
+		Auth:              authn,
+		Lookup:            lookup,
+	}
+}
+
+// serveOptions is labeling's part of the app: the outbox relay (publishing
+// events through the transport) and its cleanup, and the rules API and the
+// console.
+func serveOptions(cfg config.Labeling, logger *slog.Logger, events []labeling.Publication) fx.Option {
 	return fx.Options(
 		fx.Supply(
-			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: cfg.Bounds},
-			cfg.HTTP,
 			cfg.Relay,
-			cfg.Cleanup,
-			authn,
-			telemetry.Config{Service: "labeling", Lookup: lookup},
 			labeling.ConsoleConfig{Transport: cfg.EventsTransport, BillingConsoleURL: cfg.ConsoleBillingURL, TraceURL: cfg.ConsoleTraceURL},
 		),
-		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		telemetry.Module,
 		transport(cfg, logger, events),
-		fx.Provide(
-			func(db sqldb.DB) web.Pinger { return db },
-			// The stores of the database's dialect, chosen once.
-			outbox.NewStore,
-		),
-		// Closed after every user of it has stopped, within its own share.
-		database.Module,
-		web.Module,
-		auth.Module,
+		// The stores of the database's dialect, chosen once.
+		fx.Provide(outbox.NewStore),
 		// Each background component stops within its own share of the budget,
 		// after the HTTP server has drained (service.Run stops the server first).
 		outbox.Module,
@@ -105,12 +98,4 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 		}
 		return labeling.Subscribers(events, billing.Deliver), nil
 	})
-}
-
-// logDefaultDatabase says, at start, that DATABASE_URL was unset and which
-// SQLite file is used instead.
-func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
-	if defaulted {
-		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
-	}
 }
