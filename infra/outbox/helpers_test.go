@@ -52,23 +52,13 @@ func rowColumns(db *dbtest.DB) string {
 	return `id, event_tag, ` + payload + `, created_at, available_at, claimed_until, attempts, processed_at, failed_at, last_error`
 }
 
-// asDB is a test's database: a *dbtest.DB (either dialect), or a PostgreSQL
-// pool of the tests that only PostgreSQL runs.
-func asDB(t testing.TB, db any) *dbtest.DB {
-	t.Helper()
-	switch d := db.(type) {
-	case *dbtest.DB:
-		return d
-	case *pgxpool.Pool:
-		return &dbtest.DB{DB: postgres.NewDB(d), Pool: d}
-	default:
-		t.Fatalf("not a test database: %T", db)
-		return nil
-	}
-}
+// pg is a PostgreSQL pool of the tests that only PostgreSQL runs, as the
+// helpers take a test's database: typed, so a helper cannot be handed
+// anything else.
+func pg(p *pgxpool.Pool) *dbtest.DB { return &dbtest.DB{DB: postgres.NewDB(p), Pool: p} }
 
 // storeOf is the outbox store of a test's database.
-func storeOf(t testing.TB, db any) outbox.Store { return outbox.NewStore(asDB(t, db).DB) }
+func storeOf(t testing.TB, db *dbtest.DB) outbox.Store { return outbox.NewStore(db.DB) }
 
 func scanRow(r dbtest.Row) (row, error) {
 	var x row
@@ -77,17 +67,17 @@ func scanRow(r dbtest.Row) (row, error) {
 	return x, err
 }
 
-func getRow(t testing.TB, db any, id uuid.UUID) row {
+func getRow(t testing.TB, db *dbtest.DB, id uuid.UUID) row {
 	t.Helper()
-	d := asDB(t, db)
+	d := db
 	x, err := scanRow(d.QueryRow(`SELECT `+rowColumns(d)+` FROM outbox_events WHERE id = $1`, id))
 	require.NoError(t, err)
 	return x
 }
 
-func allRows(t testing.TB, db any) []row {
+func allRows(t testing.TB, db *dbtest.DB) []row {
 	t.Helper()
-	d := asDB(t, db)
+	d := db
 	rows := d.Query(t, `SELECT `+rowColumns(d)+` FROM outbox_events ORDER BY created_at, id`)
 	var out []row
 	for rows.Next() {
@@ -99,14 +89,14 @@ func allRows(t testing.TB, db any) []row {
 	return out
 }
 
-func count(t testing.TB, db any, where string, args ...any) int {
+func count(t testing.TB, db *dbtest.DB, where string, args ...any) int {
 	t.Helper()
-	return asDB(t, db).Count(t, `SELECT count(*) FROM outbox_events WHERE `+where, args...)
+	return db.Count(t, `SELECT count(*) FROM outbox_events WHERE `+where, args...)
 }
 
-func exec(t testing.TB, db any, sql string, args ...any) {
+func exec(t testing.TB, db *dbtest.DB, sql string, args ...any) {
 	t.Helper()
-	asDB(t, db).Exec(t, sql, args...)
+	db.Exec(t, sql, args...)
 }
 
 // appendFunc appends one event in the transaction it was handed to.
@@ -129,10 +119,10 @@ func appendIn[TX any](ctx context.Context, db sqldb.Transactor[TX], a outbox.App
 }
 
 // appendEvents appends events in one committed transaction, as a use case would.
-func appendEvents(t testing.TB, db any, events ...outbox.Event) []uuid.UUID {
+func appendEvents(t testing.TB, db *dbtest.DB, events ...outbox.Event) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, 0, len(events))
-	err := inAppendTx(context.Background(), asDB(t, db), func(app appendFunc) error {
+	err := inAppendTx(context.Background(), db, func(app appendFunc) error {
 		for _, e := range events {
 			id, err := app(e)
 			if err != nil {
@@ -155,7 +145,7 @@ func things(n int) []outbox.Event {
 }
 
 // insertRow writes a pending row with any tag and raw payload, created now.
-func insertRow(t testing.TB, db any, tag, payload string) uuid.UUID {
+func insertRow(t testing.TB, db *dbtest.DB, tag, payload string) uuid.UUID {
 	t.Helper()
 	id := uuid.Must(uuid.NewV7())
 	now := time.Now().UnixMilli()
@@ -183,7 +173,7 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newRelay builds a relay that is stopped when the test ends.
-func newRelay(t testing.TB, db any, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
+func newRelay(t testing.TB, db *dbtest.DB, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
 	t.Helper()
 	r, err := outbox.NewRelay(storeOf(t, db), cfg, subs, testLogger(t))
 	require.NoError(t, err)

@@ -517,7 +517,7 @@ func TestRelayRecoversFromDatabaseOutage(t *testing.T) {
 	// A settle cut off by a terminated backend leaves its row leased: keep the
 	// lease short so the row comes back within the test.
 	cfg.PollInterval, cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 10*time.Millisecond, 10, 50*time.Millisecond, 500*time.Millisecond
-	r := newRelay(t, relayPool, cfg, handle(ok))
+	r := newRelay(t, pg(relayPool), cfg, handle(ok))
 	require.NoError(t, r.Start(ctxT(t)))
 
 	// For a while, every backend of the relay's pool is terminated as soon as it
@@ -545,7 +545,7 @@ func TestRelayRecoversFromDatabaseOutage(t *testing.T) {
 	}()
 	const rows = 100
 	for i := range rows {
-		appendEvents(t, db.Pool, thing{N: i})
+		appendEvents(t, pg(db.Pool), thing{N: i})
 		time.Sleep(10 * time.Millisecond) // spread the appends over the outage
 	}
 	close(stopKilling)
@@ -553,7 +553,7 @@ func TestRelayRecoversFromDatabaseOutage(t *testing.T) {
 	require.Positive(t, terminated.Load(), "the outage happened")
 	t.Logf("terminated %d relay backends", terminated.Load())
 
-	require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NOT NULL") == rows },
+	require.Eventually(t, func() bool { return count(t, pg(db.Pool), "processed_at IS NOT NULL") == rows },
 		30*time.Second, 20*time.Millisecond, "the relay recovers without a restart")
 }
 
