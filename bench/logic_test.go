@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/outbox"
 )
 
 func TestMedian(t *testing.T) {
@@ -209,7 +209,7 @@ func TestRelayConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !c.Notify || c.Workers != config.DefaultWorkers || c.ClaimSize <= 0 || c.Lease <= 0 || c.MaxAttempts <= 0 {
+		if !c.Notify || c.Workers != outbox.DefaultWorkers || c.ClaimSize <= 0 || c.Lease <= 0 || c.MaxAttempts <= 0 {
 			t.Fatalf("not the binaries' defaults: %+v", c)
 		}
 	})

@@ -35,7 +35,7 @@ func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
 	if err != nil {
 		return outbox.Config{}, fmt.Errorf("labeling configuration from the environment: %w", err)
 	}
-	cfg := outbox.ConfigFrom(c)
+	cfg := c.Relay
 	if set == "" {
 		return cfg, nil
 	}

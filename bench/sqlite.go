@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -113,25 +114,25 @@ func openProbe(path string) (liteDB, error) {
 
 // liteBounds are the database bounds the binaries run with (DB_STATEMENT_TIMEOUT,
 // DB_LOCK_TIMEOUT from this environment), for every file this program opens.
-func liteBounds(lookup config.Lookup) (sqlite.Bounds, error) {
+func liteBounds(lookup config.Lookup) (sqldb.Bounds, error) {
 	c, err := loadLabeling(lookup)
 	if err != nil {
-		return sqlite.Bounds{}, err
+		return sqldb.Bounds{}, err
 	}
-	return sqlite.Bounds{StatementTimeout: c.StatementTimeout, LockTimeout: c.LockTimeout}, nil
+	return c.Bounds, nil
 }
 
 // files makes the run's SQLite files in dir: each a copy of a template
 // migrated once per run, as env clones PostgreSQL templates.
 type files struct {
 	dir       string
-	bounds    sqlite.Bounds
+	bounds    sqldb.Bounds
 	mu        sync.Mutex
 	n         int
 	templates map[schema]string
 }
 
-func newFiles(dir string, b sqlite.Bounds) *files {
+func newFiles(dir string, b sqldb.Bounds) *files {
 	return &files{dir: dir, bounds: b, templates: map[schema]string{}}
 }
 
@@ -219,7 +220,7 @@ func copyFile(from, to string) error {
 // openRiverDB opens path for River: the pair's writer DSN (WAL,
 // synchronous=FULL, the busy timeout, BEGIN IMMEDIATE) on one connection, as
 // riversqlite's documentation asks.
-func openRiverDB(path string, b sqlite.Bounds) (*sql.DB, error) {
+func openRiverDB(path string, b sqldb.Bounds) (*sql.DB, error) {
 	d, err := sql.Open("sqlite", sqlite.DSN(path, b.LockTimeout, true, false))
 	if err != nil {
 		return nil, err
@@ -231,7 +232,7 @@ func openRiverDB(path string, b sqlite.Bounds) (*sql.DB, error) {
 	return d, nil
 }
 
-func migrateRiverFile(ctx context.Context, path string, b sqlite.Bounds) error {
+func migrateRiverFile(ctx context.Context, path string, b sqldb.Bounds) error {
 	d, err := openRiverDB(path, b)
 	if err != nil {
 		return err
@@ -326,7 +327,7 @@ func sqliteVersion(ctx context.Context, dir string) string {
 }
 
 // liteMachine describes where the SQLite figures were taken.
-func liteMachine(ctx context.Context, dir string, b sqlite.Bounds) machine {
+func liteMachine(ctx context.Context, dir string, b sqldb.Bounds) machine {
 	m := hostMachine()
 	m.DBName, m.DBVersion = "SQLite", sqliteVersion(ctx, dir)
 	m.Settings = [][2]string{

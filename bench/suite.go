@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // bench is one run: its options, databases, binaries and results.
@@ -31,7 +31,7 @@ type bench struct {
 	natsSync    *natsRows // -nats-sync-always: the second server, with sync_interval: always
 	pairSQL     *pairSQL  // the relay's statements, captured at the pair reference's first run
 	files       *files    // -sqlite: the run's SQLite files
-	liteBounds  sqlite.Bounds
+	liteBounds  sqldb.Bounds
 }
 
 var workloadNames = []string{"noop", "scale", "consumer", "http", "latency", "producer", "claim"}

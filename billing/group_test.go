@@ -412,7 +412,7 @@ func TestSQLiteReplicasApplyOnce(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var svcs []*billing.Service
 	for range 2 {
-		db, err := sqlite.Open(t.Context(), first.URL, sqlite.Bounds{LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Second})
+		db, err := sqlite.Open(t.Context(), first.URL, sqldb.Bounds{LockTimeout: 10 * time.Second, StatementTimeout: 10 * time.Second})
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		svcs = append(svcs, billing.NewService(db, logger))

@@ -42,6 +42,38 @@ type NATSConfig struct {
 	MaxFailedRows, MaxFailedBytes int64
 }
 
+// The intake's bounds when set from the environment: NATS_MAX_DELIVERIES'
+// default (with the nak delay doubling from 250ms to 30s, about 8 hours of
+// redeliveries, long enough to ship a billing that knows a new event type),
+// and billing_nats_failed's (100000 records, 1 GiB of payloads); each Max is
+// the largest NATSConfig.Validate accepts.
+const (
+	DefaultNATSMaxDeliveries  = 1000
+	MaxNATSMaxDeliveries      = 1_000_000
+	DefaultNATSFailedMaxRows  = 100_000
+	MaxNATSFailedMaxRows      = 100_000_000
+	DefaultNATSFailedMaxBytes = 1 << 30
+	MaxNATSFailedMaxBytes     = 1 << 40
+)
+
+// Validate reports the first bound of c out of its range as "Field: what is
+// wrong": Check with the fields' own names.
+func (c NATSConfig) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c NATSConfig) Check(name func(field string) string) error {
+	switch {
+	case c.MaxDeliveries > MaxNATSMaxDeliveries:
+		return fmt.Errorf("%s: %d is more than the maximum of %d", name("MaxDeliveries"), c.MaxDeliveries, MaxNATSMaxDeliveries)
+	case c.MaxFailedRows < 0 || c.MaxFailedRows > MaxNATSFailedMaxRows:
+		return fmt.Errorf("%s: %d is not within 0 to %d", name("MaxFailedRows"), c.MaxFailedRows, MaxNATSFailedMaxRows)
+	case c.MaxFailedBytes < 0 || c.MaxFailedBytes > MaxNATSFailedMaxBytes:
+		return fmt.Errorf("%s: %d is not within 0 to %d", name("MaxFailedBytes"), c.MaxFailedBytes, MaxNATSFailedMaxBytes)
+	}
+	return nil
+}
+
 var signatureRejects = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "billing_nats_signature_rejected_total",
 	Help: "Stream messages terminated unapplied because their Events-Signature was missing or wrong: someone other than labeling published on labeling.events.>, or a message was altered.",

@@ -35,8 +35,17 @@ const (
 )
 
 // DefaultApplyGroupMax is the group size a Service uses when none is given
-// (BILLING_APPLY_GROUP_MAX's default).
-const DefaultApplyGroupMax = 100
+// (BILLING_APPLY_GROUP_MAX's default), above the deliveries one relay keeps in
+// flight (outbox.DefaultWorkers), so that a relay's concurrent deliveries fit
+// one transaction; MaxApplyGroupMax is the largest Config.Validate accepts.
+const (
+	DefaultApplyGroupMax = 100
+	MaxApplyGroupMax     = 1000
+)
+
+// DefaultReceiptsRetention is how long a receipt is kept when not set
+// otherwise (RECEIPTS_RETENTION's default).
+const DefaultReceiptsRetention = 720 * time.Hour
 
 // Service applies delivered events and answers quota reads.
 type Service struct {

@@ -26,8 +26,8 @@ func TestREADMEDeadLetterWindow(t *testing.T) {
 	require.NoError(t, err)
 
 	var lo, hi time.Duration
-	for attempt := 1; attempt < cfg.MaxAttempts; attempt++ { // no wait after the last attempt
-		l, h := outbox.RetryDelayRange(attempt, cfg.RetryBase, cfg.RetryMax)
+	for attempt := 1; attempt < cfg.Relay.MaxAttempts; attempt++ { // no wait after the last attempt
+		l, h := outbox.RetryDelayRange(attempt, cfg.Relay.RetryBase, cfg.Relay.RetryMax)
 		lo, hi = lo+l, hi+h
 	}
 	window := fmt.Sprintf("between %s and %s", lo.Round(time.Second), hi.Round(time.Second))

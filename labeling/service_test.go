@@ -266,7 +266,7 @@ func TestDatabaseDown(t *testing.T) {
 func TestSQLiteBusy(t *testing.T) {
 	t.Parallel()
 	first := dbtest.New(t, sqldb.SQLite, migrations.Labeling)
-	db, err := sqlite.Open(t.Context(), first.URL, sqlite.Bounds{LockTimeout: 100 * time.Millisecond, StatementTimeout: 5 * time.Second})
+	db, err := sqlite.Open(t.Context(), first.URL, sqldb.Bounds{LockTimeout: 100 * time.Millisecond, StatementTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	e := web.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), db)

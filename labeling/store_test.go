@@ -181,7 +181,7 @@ func sortRules(rs []Rule) {
 func TestSQLiteStoreStatementsKeepTheTransactionDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "t.db"), sqlite.Bounds{StatementTimeout: 50 * time.Millisecond})
+	db, err := sqlite.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "t.db"), sqldb.Bounds{StatementTimeout: 50 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.NoError(t, sqlite.Migrate(ctx, db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil))

@@ -10,6 +10,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
@@ -62,7 +63,7 @@ func TestDialectsAgree(t *testing.T) {
 			}
 			require.NoError(t, rows.Err())
 
-			db, err := sqlite.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "m.db"), sqlite.Bounds{})
+			db, err := sqlite.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "m.db"), sqldb.Bounds{})
 			require.NoError(t, err)
 			defer db.Close()
 			require.NoError(t, sqlite.Migrate(context.Background(), db, set.lite, set.table, nil))

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
@@ -66,7 +67,7 @@ func pgSchema(t *testing.T, pool *pgxpool.Pool, table string) []string {
 
 func sqliteMigrated(t *testing.T, set migrations.Set) *sqlite.DB {
 	t.Helper()
-	db, err := sqlite.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "m.db"), sqlite.Bounds{})
+	db, err := sqlite.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "m.db"), sqldb.Bounds{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.NoError(t, sqlite.Migrate(context.Background(), db, set.SQLite, set.Table, nil))

@@ -4,12 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -21,11 +20,12 @@ func migrate(lookup config.Lookup, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
-	defer cancel()
+	// Logged like serve's migrations, to this command's stdout.
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "billing")
-	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, logger)
+	if cfg.DatabaseDefaulted {
+		service.LogDefaultDatabase(logger, cfg.DatabaseURL)
+	}
+	return cli.Bounded(commandTimeout, func(ctx context.Context) error {
+		return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Billing, logger)
+	})
 }

@@ -7,31 +7,28 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/stream"
 )
 
 // natsConsumer is billing's durable consumer of LABELING_EVENTS when NATS_URL is
 // set, nothing otherwise. Registered after billing.Module, it starts last and
-// stops first, before the pool closes.
+// stops first, before the pool closes, within its own share of the stop
+// budget (stream.ConsumerStopShare).
 func natsConsumer(cfg config.Billing) fx.Option {
-	if cfg.NATSURL == "" {
+	if cfg.NATS.URL == "" {
 		return fx.Options()
 	}
-	return fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
-		handle, err := svc.NATSHandler(billing.NATSConfig{
-			Key: []byte(cfg.EventsToken), PreviousKey: []byte(cfg.EventsTokenPrevious), MaxDeliveries: uint64(cfg.NATSMaxDeliveries),
-			MaxFailedRows: int64(cfg.NATSFailedMaxRows), MaxFailedBytes: int64(cfg.NATSFailedMaxBytes),
-		})
+	return stopbudget.Module(stream.ConsumerStopShare, fx.Invoke(func(lc fx.Lifecycle, svc *billing.Service, logger *slog.Logger) error {
+		handle, err := svc.NATSHandler(cfg.NATSIntake)
 		if err != nil {
 			return err
 		}
-		c, err := stream.NewConsumer(stream.ConsumerConfig{
-			URL: cfg.NATSURL, Creds: cfg.NATSCreds, Durable: billing.Durable, AckWait: cfg.NATSAckWait,
-		}, handle, logger)
+		c, err := stream.NewConsumer(cfg.NATS, handle, logger)
 		if err != nil {
 			return err
 		}
 		lc.Append(fx.Hook{OnStart: c.Start, OnStop: c.Stop})
 		return nil
-	})
+	}))
 }

@@ -4,67 +4,45 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
+	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
 )
 
-// natsFailed is `billing nats failed`: it prints billing_nats_failed, one message
-// a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at
-// (RFC 3339), reason. DATABASE_URL only, like every operator command. Each text
-// field is escaped losslessly (escape): a subject or msg id that is not UTF-8
-// prints its other bytes as \xNN.
+// natsFailedTimeout bounds `billing nats failed`, one read.
+const natsFailedTimeout = 30 * time.Second
+
+// natsFailed is `billing nats failed`: it prints billing_nats_failed as
+// every listing is printed (cli.Listing: one record a line, tab-separated,
+// each field escaped losslessly, so a subject or msg id that is not UTF-8
+// prints its other bytes as \xNN): stream_seq, subject, msg_id, deliveries,
+// failed_at, reason. DATABASE_URL only, like every operator command, and
+// stopped by a signal like them; bounded at 30 s (contract section 1).
 func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db, err := database.OpenExisting(ctx, cfg.DatabaseURL, database.Bounds{})
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	defer db.Close()
-	rows, err := billing.ListNATSFailed(ctx, db)
-	if err != nil {
-		return err
-	}
-	if len(rows) == 0 {
-		// On stderr: stdout stays the (empty) listing a script reads.
-		fmt.Fprintln(stderr, "no failed records")
-	}
-	for _, f := range rows {
-		fmt.Fprintf(stdout, "%d\t%s\t%s\t%d\t%s\t%s\n", f.StreamSeq, escape(f.Subject), escape(f.MsgID),
-			f.Deliveries, time.UnixMilli(f.FailedAt).UTC().Format(time.RFC3339Nano), escape(f.Reason))
-	}
-	return nil
-}
-
-// escape writes s on one line, losslessly: `\`, tab and newline as `\\`, `\t`,
-// `\n`, a byte that is not part of valid UTF-8 as `\xNN` (lowercase hex, as
-// Go's %q), every other rune as is.
-func escape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		default:
-			b.WriteString(s[i : i+n])
+	return cli.Bounded(natsFailedTimeout, func(ctx context.Context) error {
+		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+		if err != nil {
+			return fmt.Errorf("DATABASE_URL: %w", err)
 		}
-		i += n
-	}
-	return b.String()
+		defer db.Close()
+		rows, err := billing.ListNATSFailed(ctx, db)
+		if err != nil {
+			return err
+		}
+		list := cli.NewListing(stdout, stderr, "no failed records")
+		defer list.Close()
+		for _, f := range rows {
+			list.Row(strconv.FormatUint(f.StreamSeq, 10), f.Subject, f.MsgID,
+				strconv.FormatUint(f.Deliveries, 10), cli.Time(f.FailedAt), f.Reason)
+		}
+		return nil
+	})
 }

@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
-	"syscall"
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/cli"
@@ -58,35 +55,37 @@ func natsReplay(ids []int64) cli.Action {
 		if err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
-		defer cancel()
-		// An existing database only: replay on a wrong path would otherwise
-		// create an empty one and report "replayed 0 of 0 records".
-		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, database.Bounds{
-			StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
+		return cli.Bounded(commandTimeout, func(ctx context.Context) error {
+			return replay(ctx, cfg, ids, stdout, stderr)
 		})
-		if err != nil {
-			return fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		defer db.Close()
-		svc := billing.NewService(db, slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "billing"),
-			billing.RefuseOlderThan(cfg.ReceiptsRetention))
-		keys := [][]byte{[]byte(cfg.EventsToken)}
-		if cfg.EventsTokenPrevious != "" {
-			keys = append(keys, []byte(cfg.EventsTokenPrevious))
-		}
-		rep, err := svc.ReplayNATSFailed(ctx, keys, ids)
-		fmt.Fprintln(stdout, rep.String())
-		classes := make([]string, 0, len(rep.Stayed))
-		for c := range rep.Stayed {
-			classes = append(classes, c)
-		}
-		slices.Sort(classes)
-		for _, c := range classes {
-			fmt.Fprintf(stdout, "%d stayed: %s\n", rep.Stayed[c], c)
-		}
-		return err
 	}
+}
+
+// replay runs `billing nats replay` on ids (nil: every record) and prints its
+// report.
+func replay(ctx context.Context, cfg config.Replay, ids []int64, stdout, stderr io.Writer) error {
+	// An existing database only: replay on a wrong path would otherwise
+	// create an empty one and report "replayed 0 of 0 records".
+	db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer db.Close()
+	svc := billing.NewService(db, slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "billing"),
+		billing.RefuseOlderThan(cfg.ReceiptsRetention))
+	keys := [][]byte{[]byte(cfg.EventsToken)}
+	if cfg.EventsTokenPrevious != "" {
+		keys = append(keys, []byte(cfg.EventsTokenPrevious))
+	}
+	rep, err := svc.ReplayNATSFailed(ctx, keys, ids)
+	fmt.Fprintln(stdout, rep.String())
+	classes := make([]string, 0, len(rep.Stayed))
+	for c := range rep.Stayed {
+		classes = append(classes, c)
+	}
+	slices.Sort(classes)
+	for _, c := range classes {
+		fmt.Fprintf(stdout, "%d stayed: %s\n", rep.Stayed[c], c)
+	}
+	return err
 }

@@ -127,8 +127,8 @@ func TestNATS(t *testing.T) {
 		require.NoError(t, err)
 		r := runCmd(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN=x"), "nats", "failed")
 		require.Equal(t, 0, r.code, r.stderr)
-		require.Equal(t, "7\tlabeling.events.RuleActivated\tm-7\t1\t2026-01-01T00:00:00Z\tbody is not\\tvalid\\nJSON\n"+
-			"8\tlabeling.events.\\xc3(\\\\\t\\xffé\t1\t2026-01-01T00:00:00Z\tr\n", r.stdout,
+		require.Equal(t, "7\tlabeling.events.RuleActivated\tm-7\t1\t2026-01-01T00:00:00.000Z\tbody is not\\tvalid\\nJSON\n"+
+			"8\tlabeling.events.\\xc3(\\\\\t\\xffé\t1\t2026-01-01T00:00:00.000Z\tr\n", r.stdout,
 			"bytes that are not UTF-8 print as \\xNN, losslessly")
 
 		r = runCmd(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN=x"), "nats")

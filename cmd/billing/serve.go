@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"log/slog"
 
 	"go.uber.org/fx"
 
@@ -12,9 +11,6 @@ import (
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
-	"github.com/acme/outboxpair/infra/sqldb"
-	"github.com/acme/outboxpair/infra/telemetry"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -30,53 +26,37 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
-	return serveApp(cfg, auth.SettingsFrom(authCfg), lookup)
+	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
+	logger := service.Logger("billing")
+	return service.Serve(app(cfg, authCfg.Settings(), lookup), logger, serveOptions(cfg))
 }
 
-// serveApp is the billing app: the pool (migrated on start), the HTTP server, the
-// cleanup, the quota API behind authentication and the event intake, the
-// JetStream consumer when configured, and tracing when OTEL_* asks for it.
-func serveApp(cfg config.Billing, authn auth.Settings, lookup config.Lookup) error {
-	logger := service.Logger("billing")
-	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTPAddr, authn.Disabled)
-	return service.Run(
-		fx.Supply(
-			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: database.Bounds{
-				StatementTimeout: cfg.StatementTimeout, LockTimeout: cfg.LockTimeout,
-			}},
-			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
-			retention.Config{Interval: cfg.CleanupInterval},
-			billing.Config{EventsToken: cfg.EventsToken, EventsTokenPrevious: cfg.EventsTokenPrevious, ReceiptsRetention: cfg.ReceiptsRetention, ApplyGroupMax: cfg.ApplyGroupMax},
-			authn,
-			telemetry.Config{Service: "billing", Lookup: lookup},
-			consoleConfig(cfg),
-		),
-		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
-		fx.Provide(func(db sqldb.DB) web.Pinger { return db }),
-		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
-		web.Module,
-		auth.Module,
+// app is what billing's serve shares with labeling's.
+func app(cfg config.Billing, authn auth.Settings, lookup config.Lookup) service.App {
+	return service.App{
+		Name:              "billing",
+		Database:          database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
+		DatabaseDefaulted: cfg.DatabaseDefaulted,
+		HTTP:              cfg.HTTP,
+		Cleanup:           cfg.Cleanup,
+		Auth:              authn,
+		Lookup:            lookup,
+	}
+}
+
+// serveOptions is billing's part of the app: the cleanup, the quota API and
+// the event intake, the console, and the JetStream consumer when configured.
+func serveOptions(cfg config.Billing) fx.Option {
+	return fx.Options(
+		fx.Supply(cfg.Billing, consoleConfig(cfg)),
 		// Stops after the HTTP server has drained, within its own share.
-		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
+		retention.Module,
 		billing.Module,
 		// The operator pages under /console/: reads, and replay when wired.
 		billing.ConsoleModule,
 		// Stops after the HTTP server has drained, within its own share.
-		service.StopWithin("nats-stop", service.RelayStopTimeout, natsConsumer(cfg)),
+		natsConsumer(cfg),
 	)
-}
-
-// logDefaultDatabase says, at start, that DATABASE_URL was unset and which
-// SQLite file is used instead.
-func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
-	if defaulted {
-		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
-	}
 }
 
 // consoleConfig is billing's console: its header and the replay of NATS
@@ -84,12 +64,12 @@ func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
 // replay` checks them.
 func consoleConfig(cfg config.Billing) billing.ConsoleConfig {
 	transport := config.TransportHTTP
-	if cfg.NATSURL != "" {
+	if cfg.NATS.URL != "" {
 		transport = "http and nats"
 	}
-	keys := [][]byte{[]byte(cfg.EventsToken)}
-	if cfg.EventsTokenPrevious != "" {
-		keys = append(keys, []byte(cfg.EventsTokenPrevious))
+	keys := [][]byte{[]byte(cfg.Billing.EventsToken)}
+	if cfg.Billing.EventsTokenPrevious != "" {
+		keys = append(keys, []byte(cfg.Billing.EventsTokenPrevious))
 	}
 	return billing.ConsoleConfig{Transport: transport, LabelingConsoleURL: cfg.ConsoleLabelingURL, ReplayKeys: keys}
 }

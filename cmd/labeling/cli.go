@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
@@ -57,10 +54,6 @@ func operator(fn func(ctx context.Context, cfg config.Command, stdout, stderr io
 		if err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
-		defer cancel()
-		return fn(ctx, cfg, stdout, stderr)
+		return cli.Bounded(commandTimeout, func(ctx context.Context) error { return fn(ctx, cfg, stdout, stderr) })
 	}
 }

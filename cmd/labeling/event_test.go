@@ -89,7 +89,7 @@ func labelingApp(t *testing.T, env map[string]string, events []labeling.Publicat
 		nudger outbox.Nudger
 	)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	app := fx.New(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger, events),
+	app := fx.New(app(cfg, authCfg.Settings(), lookup).Options(logger, serveOptions(cfg, logger, events)),
 		fx.Populate(&db, &store, &nudger), fx.NopLogger)
 	require.NoError(t, app.Err())
 	labelingApps.Lock()

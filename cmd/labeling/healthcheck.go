@@ -12,7 +12,7 @@ import (
 // /readyz with 200. It reads HTTP_ADDR only: a health check needs no secret and
 // no database.
 func healthcheck(lookup config.Lookup, stdout, _ io.Writer) error {
-	addr := config.LoadHTTPAddr(lookup, ":8080")
+	addr := config.LoadHTTPAddr(lookup, config.DefaultLabelingAddr)
 	if err := service.Healthcheck(addr); err != nil {
 		return err
 	}

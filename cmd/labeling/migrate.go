@@ -7,6 +7,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -14,6 +15,8 @@ import (
 func migrate(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
 	// Logged like serve's migrations, to this command's stdout.
 	logger := slog.New(slog.NewJSONHandler(stdout, nil)).With("service", "labeling")
-	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
+	if cfg.DatabaseDefaulted {
+		service.LogDefaultDatabase(logger, cfg.DatabaseURL)
+	}
 	return database.MigrateURL(ctx, cfg.DatabaseURL, migrations.Labeling, logger)
 }

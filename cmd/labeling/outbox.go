@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -22,7 +20,7 @@ import (
 // DATABASE_URL's database (either dialect).
 func withStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
 	return operator(func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
-		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, dbBounds(cfg.Bounds))
+		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
 		if err != nil {
 			return fmt.Errorf("DATABASE_URL: %w", err)
 		}
@@ -68,12 +66,3 @@ func parseIDs(name string, args []string) ([]uuid.UUID, error) {
 	}
 	return ids, nil
 }
-
-// timeLayout matches the API's: RFC 3339 UTC with milliseconds.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-func formatMillis(ms int64) string { return time.UnixMilli(ms).UTC().Format(timeLayout) }
-
-// escapeField keeps a row on one line and its columns apart, whatever the stored
-// error text holds.
-var escapeField = strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`, "\r", `\r`).Replace

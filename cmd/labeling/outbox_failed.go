@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
+	"strconv"
 
+	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -16,13 +17,10 @@ func outboxFailed(ctx context.Context, store outbox.Store, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	if len(rows) == 0 {
-		// On stderr: stdout stays the (empty) listing a script reads.
-		fmt.Fprintln(stderr, "no failed rows")
-	}
+	list := cli.NewListing(stdout, stderr, "no failed rows")
+	defer list.Close()
 	for _, r := range rows {
-		fmt.Fprintf(stdout, "%s\t%s\t%d\t%s\t%s\n",
-			r.ID, r.Tag, r.Attempts, formatMillis(r.FailedAt), escapeField(r.LastError))
+		list.Row(r.ID.String(), r.Tag, strconv.Itoa(r.Attempts), cli.Time(r.FailedAt), r.LastError)
 	}
 	return nil
 }

@@ -13,10 +13,8 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
-	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/stream"
-	"github.com/acme/outboxpair/infra/telemetry"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -33,44 +31,40 @@ func serve(lookup config.Lookup, _, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg.HTTPAddr = config.ServeAddr(lookup, cfg.HTTPAddr, authCfg.Disabled)
+	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
 	logger := service.Logger("labeling")
-	logDefaultDatabase(logger, cfg.DatabaseDefaulted, cfg.DatabaseURL)
-	service.WarnOpenListen(logger, cfg.HTTPAddr, authCfg.Disabled)
-	return service.Run(serveOptions(cfg, auth.SettingsFrom(authCfg), lookup, logger, labeling.Events()))
+	return service.Serve(app(cfg, authCfg.Settings(), lookup), logger, serveOptions(cfg, logger, labeling.Events()))
 }
 
-// serveOptions is the labeling app: the pool (migrated on start), the HTTP server,
-// the outbox relay (publishing events) and cleanup, and the rules API behind
-// authentication.
-func serveOptions(cfg config.Labeling, authn auth.Settings, lookup config.Lookup, logger *slog.Logger, events []labeling.Publication) fx.Option {
+// app is what labeling's serve shares with billing's.
+func app(cfg config.Labeling, authn auth.Settings, lookup config.Lookup) service.App {
+	return service.App{
+		Name:              "labeling",
+		Database:          database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: cfg.Bounds},
+		DatabaseDefaulted: cfg.DatabaseDefaulted,
+		HTTP:              cfg.HTTP,
+		Cleanup:           cfg.Cleanup,
+		Auth:              authn,
+		Lookup:            lookup,
+	}
+}
+
+// serveOptions is labeling's part of the app: the outbox relay (publishing
+// events through the transport) and its cleanup, and the rules API and the
+// console.
+func serveOptions(cfg config.Labeling, logger *slog.Logger, events []labeling.Publication) fx.Option {
 	return fx.Options(
 		fx.Supply(
-			logger,
-			database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: dbBounds(cfg.Bounds)},
-			web.Config{Addr: cfg.HTTPAddr, RequestTimeout: cfg.RequestTimeout},
-			outbox.ConfigFrom(cfg),
-			retention.Config{Interval: cfg.CleanupInterval},
-			authn,
-			telemetry.Config{Service: "labeling", Lookup: lookup},
+			cfg.Relay,
 			labeling.ConsoleConfig{Transport: cfg.EventsTransport, BillingConsoleURL: cfg.ConsoleBillingURL, TraceURL: cfg.ConsoleTraceURL},
 		),
-		// First, so its flush stops last; off (and free) unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-		service.StopWithin("telemetry-stop", service.TelemetryStopTimeout, telemetry.Module),
 		transport(cfg, logger, events),
-		fx.Provide(
-			func(db sqldb.DB) web.Pinger { return db },
-			// The stores of the database's dialect, chosen once.
-			outbox.NewStore,
-		),
-		// Closed after every user of it has stopped, within its own share.
-		service.StopWithin("database-stop", service.PoolStopTimeout, database.Module),
-		web.Module,
-		auth.Module,
+		// The stores of the database's dialect, chosen once.
+		fx.Provide(outbox.NewStore),
 		// Each background component stops within its own share of the budget,
 		// after the HTTP server has drained (service.Run stops the server first).
-		service.StopWithin("relay-stop", service.RelayStopTimeout, outbox.Module),
-		service.StopWithin("retention-stop", service.CleanupStopTimeout, retention.Module),
+		outbox.Module,
+		retention.Module,
 		labeling.Module,
 		// The operator pages under /console/: reads and admin actions only.
 		labeling.ConsoleModule,
@@ -84,44 +78,24 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 	if cfg.EventsTransport == config.TransportNATS {
 		return fx.Options(
 			fx.Provide(
-				func() (*stream.Publisher, error) {
-					return stream.NewPublisher(stream.PublisherConfig{
-						URL:             cfg.NATSURL,
-						Creds:           cfg.NATSCreds,
-						Replicas:        cfg.NATSReplicas,
-						DuplicateWindow: cfg.NATSDuplicateWindow,
-						Key:             []byte(cfg.EventsToken),
-						Consumers:       cfg.NATSConsumers,
-					}, logger)
-				},
+				func() (*stream.Publisher, error) { return stream.NewPublisher(cfg.NATS, logger) },
 				func(p *stream.Publisher) []outbox.Subscriber { return labeling.Subscribers(events, p.Publish) },
 			),
-			stream.Module,
+			// The publisher is the relay's transport: its stop is part of the
+			// relay's share.
+			stopbudget.Part(outbox.StopShare.Name, stream.Module),
 		)
 	}
 	return fx.Provide(func() ([]outbox.Subscriber, error) {
 		billing, err := delivery.New(delivery.Config{
 			BaseURL:      cfg.BillingURL,
 			Token:        cfg.EventsToken,
-			Timeout:      cfg.HandlerTimeout,
-			MaxIdleConns: cfg.Workers,
+			Timeout:      cfg.Relay.HandlerTimeout,
+			MaxIdleConns: cfg.Relay.Workers,
 		}, logger)
 		if err != nil {
 			return nil, err
 		}
 		return labeling.Subscribers(events, billing.Deliver), nil
 	})
-}
-
-// dbBounds are the database's bounds from the configuration.
-func dbBounds(b config.Bounds) database.Bounds {
-	return database.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout}
-}
-
-// logDefaultDatabase says, at start, that DATABASE_URL was unset and which
-// SQLite file is used instead.
-func logDefaultDatabase(logger *slog.Logger, defaulted bool, url string) {
-	if defaulted {
-		logger.Info("DATABASE_URL is unset; using the SQLite file "+url+" under the working directory", "database_url", url)
-	}
 }

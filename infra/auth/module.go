@@ -5,31 +5,30 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/stopbudget"
+	"github.com/acme/outboxpair/infra/web"
 )
 
 // Settings is how a service asks for authentication: Disabled, or a Config. The
-// service's wiring fills it from infra/config.Auth.
+// service's wiring fills it from the AUTH_* variables (infra/config.Auth).
 type Settings struct {
 	Disabled bool
 	Config   Config
 }
 
-// SettingsFrom turns the variables (AUTH_*) into Settings.
-func SettingsFrom(c config.Auth) Settings {
-	return Settings{Disabled: c.Disabled, Config: Config{JWKSURL: c.JWKSURL, Issuer: c.Issuer, Audience: c.Audience}}
-}
-
 // Module provides the *Guard the HTTP slices put on their org routes, from the
 // Settings the app supplies, and runs the verifier's key refresh with the app.
-var Module = fx.Module("auth",
+//
+// The verifier's stop (its key refresh) is part of the server's step of the
+// stop budget (web.StopStep): it takes what the drain left of that share.
+var Module = stopbudget.Part(web.StopStep, fx.Module("auth",
 	fx.Provide(New),
 	fx.Invoke(func(lc fx.Lifecycle, v *Verifier) {
 		if v != nil {
 			lc.Append(fx.Hook{OnStart: v.Start, OnStop: v.Stop})
 		}
 	}),
-)
+))
 
 // New returns the guard for s and its verifier (nil when disabled). Disabled logs
 // one warning, so an open API never goes unnoticed in the logs.

@@ -11,8 +11,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-
-	"github.com/acme/outboxpair/infra/config"
 )
 
 // Exit codes (contract section 1): a usage error is 2, so scripts can tell it from
@@ -23,11 +21,16 @@ const (
 	ExitUsage = 2
 )
 
+// Lookup reads one environment variable; os.LookupEnv fits. It is the
+// plain function type (infra/config.Lookup is the same), so an action reads
+// the environment without this package importing infra/config.
+type Lookup = func(name string) (string, bool)
+
 // Action runs a command whose arguments were accepted: it reads the configuration
 // it needs through lookup and writes its output to stdout, and a note for the
 // operator that is not output (an empty listing's "no failed rows") to stderr.
 // An error is a failure, exit 1.
-type Action func(lookup config.Lookup, stdout, stderr io.Writer) error
+type Action func(lookup Lookup, stdout, stderr io.Writer) error
 
 // Command is one row of a program's table.
 type Command struct {
@@ -63,7 +66,7 @@ type Program struct {
 	Default  string
 	Commands []Command
 	// Environment is the usage's configuration section, one paragraph a
-	// line (config.Service.Usage).
+	// line (infra/config's Service.Usage).
 	Environment []string
 }
 
@@ -73,7 +76,7 @@ var help = Command{
 	Name:    "help",
 	Args:    "[COMMAND]",
 	Summary: "print the usage (only COMMAND's with it) and exit (also -h, --help)",
-	Run:     func(config.Lookup, io.Writer, io.Writer) error { return flag.ErrHelp },
+	Run:     func(Lookup, io.Writer, io.Writer) error { return flag.ErrHelp },
 }
 
 // helpTopic asks for the usage of the commands whose names start with words.
@@ -97,7 +100,7 @@ func (u usageError) Unwrap() error { return u.err }
 // two lines on stderr, its message and the help command to run (the usage
 // itself would scroll the message away), and exits 2; an action's error
 // prints one line on stderr and exits 1.
-func (p *Program) Run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
+func (p *Program) Run(args []string, lookup Lookup, stdout, stderr io.Writer) int {
 	act, err := p.parse(args)
 	var topic helpTopic
 	switch {

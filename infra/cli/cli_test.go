@@ -12,12 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
 )
 
 // say is an action that prints what it was given.
 func say(what string) cli.Action {
-	return func(lookup config.Lookup, stdout, _ io.Writer) error {
+	return func(lookup cli.Lookup, stdout, _ io.Writer) error {
 		v, _ := lookup("WHO")
 		fmt.Fprintf(stdout, "%s %s\n", what, v)
 		return nil
@@ -31,7 +30,7 @@ var tool = cli.Program{
 	Default: "serve",
 	Commands: []cli.Command{
 		{Name: "serve", Summary: "serve until stopped", Run: say("serving")},
-		{Name: "fail", Summary: "fail with a message on\ntwo lines", Run: func(config.Lookup, io.Writer, io.Writer) error {
+		{Name: "fail", Summary: "fail with a message on\ntwo lines", Run: func(cli.Lookup, io.Writer, io.Writer) error {
 			return errors.New("it broke:\n  badly")
 		}},
 		{Name: "echo", Args: "WORD...", Summary: "print the words", Parse: cli.NoFlags(func(args []string) (cli.Action, error) {

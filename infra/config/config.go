@@ -1,6 +1,11 @@
 // Package config reads each service's settings from environment variables, the
-// only configuration source (contract section 1). A bad or missing value is an
-// error naming the variable, so the process stops at start with a one-line message.
+// only configuration source (contract section 1), and maps them into the
+// components' Configs (outbox.Config, web.Config, sqldb.Bounds, ...). It holds
+// no component's rule nor default: it parses each value (syntax, sign, the
+// component's maximum), then runs the component's own Check with each field
+// named by its variable. A bad or missing value is an error naming the
+// variable, so the process stops at start with a one-line message. Only the
+// binaries (cmd/) import it.
 package config
 
 import (
@@ -13,51 +18,51 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/web"
 )
 
-// Lookup reads one variable; os.LookupEnv fits.
-type Lookup func(name string) (string, bool)
+// Lookup reads one variable; os.LookupEnv fits. It is an alias of the plain
+// function type, so infra/cli (which must not import this package) names the
+// same type.
+type Lookup = func(name string) (string, bool)
 
-// Labeling is the configuration of the labeling service.
+// Labeling is the configuration of the labeling service: each component's
+// Config, filled from the environment and checked by the component's own
+// rules, and what the wiring needs besides.
 type Labeling struct {
 	DatabaseURL string
 	// DatabaseDefaulted: DATABASE_URL was unset (DatabaseURL is the default
 	// SQLite file), for the start-up's log line.
 	DatabaseDefaulted bool
-	HTTPAddr          string
-	EventsToken       string
-	BillingURL        string
+	// Bounds are the database's (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
+	sqldb.Bounds
+	// HTTP is the server's (HTTP_ADDR, HTTP_REQUEST_TIMEOUT).
+	HTTP        web.Config
+	EventsToken string
+	BillingURL  string
 	// ConsoleBillingURL (CONSOLE_BILLING_URL) is the link from labeling's
 	// console to billing's, or empty; ConsoleTraceURL (CONSOLE_TRACE_URL) a
 	// trace viewer's URL with {trace} for a row's trace id, or empty.
 	ConsoleBillingURL string
 	ConsoleTraceURL   string
 
-	PollInterval       time.Duration
-	ClaimSize          int
-	Workers            int // OUTBOX_WORKERS: rows in flight at once per relay
-	HandlerTimeout     time.Duration
-	Lease              time.Duration
-	MaxAttempts        int
-	RetryBase          time.Duration
-	RetryMax           time.Duration
-	ProcessedRetention time.Duration
-	OutboxNotify       bool // OUTBOX_NOTIFY: the relay LISTENs for appends of other replicas
-	CleanupInterval    time.Duration
+	// Relay is the outbox relay's (the OUTBOX_* variables).
+	Relay outbox.Config
+	// Cleanup is the retention's (CLEANUP_INTERVAL).
+	Cleanup retention.Config
 
 	// EventsTransport is TransportHTTP (the relay POSTs to BillingURL) or
-	// TransportNATS (it publishes to JetStream at NATSURL).
-	EventsTransport     string
-	NATSURL             string
-	NATSReplicas        int
-	NATSDuplicateWindow time.Duration
-	// NATSCreds (NATS_CREDS) is a credentials file, or empty; NATSConsumers
-	// (NATS_CONSUMERS) the durables the stream keeps every message for.
-	NATSCreds     string
-	NATSConsumers []string
-
-	Bounds
+	// TransportNATS (it publishes to JetStream with NATS).
+	EventsTransport string
+	// NATS is the publisher's (NATS_URL, NATS_CREDS, NATS_REPLICAS,
+	// NATS_DUPLICATE_WINDOW, NATS_CONSUMERS; its Key is EVENTS_TOKEN).
+	NATS stream.PublisherConfig
 }
 
 // Values of EVENTS_TRANSPORT.
@@ -66,52 +71,33 @@ const (
 	TransportNATS = "nats"
 )
 
-// Billing is the configuration of the billing service.
+// Billing is the configuration of the billing service: each component's
+// Config, filled from the environment and checked by the component's own
+// rules, and what the wiring needs besides.
 type Billing struct {
 	DatabaseURL       string
 	DatabaseDefaulted bool // DATABASE_URL was unset, DatabaseURL is the default SQLite file
-	HTTPAddr          string
-	EventsToken       string
-	// EventsTokenPrevious (EVENTS_TOKEN_PREVIOUS), when set, is accepted beside
-	// EventsToken on both intakes: the old token during a rotation.
-	EventsTokenPrevious string
-	ReceiptsRetention   time.Duration
-	CleanupInterval     time.Duration
+	// Bounds are the database's (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
+	sqldb.Bounds
+	// HTTP is the server's (HTTP_ADDR, HTTP_REQUEST_TIMEOUT).
+	HTTP web.Config
+	// Billing is the intake's and the use cases' (EVENTS_TOKEN,
+	// EVENTS_TOKEN_PREVIOUS, RECEIPTS_RETENTION, BILLING_APPLY_GROUP_MAX).
+	Billing billing.Config
+	// Cleanup is the retention's (CLEANUP_INTERVAL).
+	Cleanup retention.Config
 
-	// NATSURL, when set, makes billing also consume the stream LABELING_EVENTS;
-	// an unacked delivery is redelivered after NATSAckWait.
-	NATSURL     string
-	NATSAckWait time.Duration
-	// NATSCreds (NATS_CREDS) is a credentials file, or empty. A message that
-	// keeps failing is recorded and terminated at delivery NATSMaxDeliveries.
-	NATSCreds         string
-	NATSMaxDeliveries int
-	// NATSFailedMaxRows and NATSFailedMaxBytes (NATS_FAILED_MAX_ROWS,
-	// NATS_FAILED_MAX_BYTES) bound billing_nats_failed: past either, records
-	// whose signature fails under the current keys are dropped, oldest first.
-	NATSFailedMaxRows  int
-	NATSFailedMaxBytes int
-
-	// ApplyGroupMax (BILLING_APPLY_GROUP_MAX) bounds the deliveries billing
-	// applies in one transaction; 1 is one transaction per event.
-	ApplyGroupMax int
+	// NATS, when its URL (NATS_URL) is set, makes billing also consume the
+	// stream LABELING_EVENTS (NATS_CREDS, NATS_ACK_WAIT; the durable is
+	// billing's); NATSIntake is how its messages are checked and recorded
+	// (NATS_MAX_DELIVERIES, NATS_FAILED_MAX_ROWS, NATS_FAILED_MAX_BYTES; the
+	// keys are EVENTS_TOKEN and EVENTS_TOKEN_PREVIOUS).
+	NATS       stream.ConsumerConfig
+	NATSIntake billing.NATSConfig
 
 	// ConsoleLabelingURL (CONSOLE_LABELING_URL) is the link from billing's
 	// console to labeling's, or empty.
 	ConsoleLabelingURL string
-
-	Bounds
-}
-
-// Bounds limit how long one piece of work may hold a request or a database
-// connection; both services read them.
-type Bounds struct {
-	// RequestTimeout is the deadline of every HTTP request (HTTP_REQUEST_TIMEOUT).
-	RequestTimeout time.Duration
-	// StatementTimeout and LockTimeout are PostgreSQL's statement_timeout and
-	// lock_timeout on every pooled connection (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
-	StatementTimeout time.Duration
-	LockTimeout      time.Duration
 }
 
 // Command is what an operator command (migrate, outbox ...) needs: no delivery
@@ -121,120 +107,125 @@ type Command struct {
 	// DatabaseDefaulted is true when DATABASE_URL was unset and DatabaseURL is
 	// the service's default SQLite file.
 	DatabaseDefaulted bool
-	Bounds
+	sqldb.Bounds
 }
 
-// Defaults and upper bounds. An upper bound keeps an absurd value (a typo, an extra
-// digit) from starting a process that misbehaves later: every bound is far above
-// any sensible setting.
-const (
-	DefaultRequestTimeout   = 8 * time.Second
-	DefaultStatementTimeout = 5 * time.Second
-	DefaultLockTimeout      = 2 * time.Second
-
-	// MaxRequestTimeout keeps the stop budget under an orchestrator's 30 s
-	// (service.StopGrace): the HTTP drain's share is this plus 2 s, the other
-	// shares take 12 s, so 15 s makes a 29 s stop.
-	MaxRequestTimeout = 15 * time.Second
-	MaxClaimSize      = 1000
-	// DefaultWorkers is OUTBOX_WORKERS's default: rows in flight per relay. Billing
-	// commits once per event, so its throughput grows with the deliveries it is
-	// given at once (group commit); 40 keeps its pool busy with room to spare.
-	DefaultWorkers = 40
-	// DefaultClaimSize is OUTBOX_CLAIM_SIZE's default, OUTBOX_WORKERS's: a claim
-	// never takes more rows than the relay has free workers, so a larger claim
-	// size changes nothing at the default workers, and with this one a relay
-	// whose workers are all free fills them in one statement. It was 10 until
-	// issue 20, when the lease rule was claim size × handler timeout ≤ lease.
-	DefaultClaimSize  = DefaultWorkers
-	MaxAttempts       = 1000
-	maxDuration       = 10 * 365 * 24 * time.Hour // ten years: any duration setting
-	maxDBTimeout      = time.Hour
-	maxOutboxDuration = 24 * time.Hour // poll interval, handler timeout, retry base
+// The environment variable of each component's field, by which a rule the
+// component words is reported (contract section 1: the message names the
+// variable).
+var (
+	relayVars = map[string]string{
+		"PollInterval":       "OUTBOX_POLL_INTERVAL",
+		"ClaimSize":          "OUTBOX_CLAIM_SIZE",
+		"Workers":            "OUTBOX_WORKERS",
+		"HandlerTimeout":     "OUTBOX_HANDLER_TIMEOUT",
+		"Lease":              "OUTBOX_LEASE",
+		"MaxAttempts":        "OUTBOX_MAX_ATTEMPTS",
+		"RetryBase":          "OUTBOX_RETRY_BASE",
+		"RetryMax":           "OUTBOX_RETRY_MAX",
+		"ProcessedRetention": "OUTBOX_PROCESSED_RETENTION",
+	}
+	boundsVars    = map[string]string{"StatementTimeout": "DB_STATEMENT_TIMEOUT", "LockTimeout": "DB_LOCK_TIMEOUT"}
+	webVars       = map[string]string{"Addr": "HTTP_ADDR", "RequestTimeout": "HTTP_REQUEST_TIMEOUT"}
+	publisherVars = map[string]string{
+		"URL": "NATS_URL", "Creds": "NATS_CREDS", "Replicas": "NATS_REPLICAS",
+		"DuplicateWindow": "NATS_DUPLICATE_WINDOW", "Consumers": "NATS_CONSUMERS",
+		"Key": "EVENTS_TOKEN", "Retention": "OUTBOX_PROCESSED_RETENTION",
+	}
+	consumerVars = map[string]string{"URL": "NATS_URL", "Creds": "NATS_CREDS", "AckWait": "NATS_ACK_WAIT"}
+	billingVars  = map[string]string{
+		"EventsToken": "EVENTS_TOKEN", "EventsTokenPrevious": "EVENTS_TOKEN_PREVIOUS",
+		"ReceiptsRetention": "RECEIPTS_RETENTION", "ApplyGroupMax": "BILLING_APPLY_GROUP_MAX",
+	}
+	intakeVars = map[string]string{
+		"MaxDeliveries": "NATS_MAX_DELIVERIES", "MaxFailedRows": "NATS_FAILED_MAX_ROWS", "MaxFailedBytes": "NATS_FAILED_MAX_BYTES",
+		"Key": "EVENTS_TOKEN", "PreviousKey": "EVENTS_TOKEN_PREVIOUS",
+	}
+	retentionVars = map[string]string{"Interval": "CLEANUP_INTERVAL"}
 )
 
-// DefaultApplyGroupMax is BILLING_APPLY_GROUP_MAX's default, above the
-// deliveries one relay keeps in flight (OUTBOX_WORKERS), so that a relay's
-// concurrent deliveries fit one transaction; MaxApplyGroup bounds the setting.
+// checker is a component's rule check with its fields named by the namer.
+type checker interface {
+	Check(name func(field string) string) error
+}
+
+// check runs c's rules, its fields named by vars, unless an error came first.
+func (r *reader) check(c checker, vars map[string]string) {
+	if r.err != nil {
+		return
+	}
+	r.err = c.Check(func(field string) string {
+		if v, ok := vars[field]; ok {
+			return v
+		}
+		return field
+	})
+}
+
+// Defaults of this package's own, the services' rather than a component's:
+// their listen addresses (HTTP_ADDR) and where labeling delivers
+// (BILLING_URL). Every other default is the component's
+// (outbox.DefaultLease, web.DefaultRequestTimeout, ...), read from it.
 const (
-	DefaultApplyGroupMax = 100
-	MaxApplyGroup        = 1000
+	DefaultLabelingAddr = ":8080"
+	DefaultBillingAddr  = ":8081"
+	DefaultBillingURL   = "http://localhost:8081"
 )
-
-// The lease rule. A claimed row must be done with (dispatched and settled)
-// before its claim's lease runs out, or another relay takes it and it is
-// delivered twice. Each row in flight finishes within OUTBOX_HANDLER_TIMEOUT
-// T (the relay cuts it off then), once a worker takes it. With W workers
-// running a claim of C rows one after another, the last row of the claim
-// would start after ceil(C/W) − 1 timeouts at worst and finish by
-// ceil(C/W) × T. The relay never claims more rows than it has free workers
-// (C ≤ free ≤ W), so ceil(C/W) = 1: every row of a claim starts when the
-// claim returns, and the lease must cover one timeout, T ≤ OUTBOX_LEASE,
-// whatever OUTBOX_CLAIM_SIZE is. (The rule this replaces, claim size × T ≤
-// lease, assumed the rows of a claim ran one after another, and made a claim
-// of more than 10 rows illegal at the default timeout.) The relay keeps a
-// fifth of each lease for the claim and the settle on top (outbox.LeaseMargin):
-// a dispatch is cut off at four fifths of the lease if T is longer.
-
-// MinLease is OUTBOX_LEASE's least value. The relay keeps a fifth of every
-// lease for recording each row's outcome; below 200ms a settle on a busy
-// database may land after the lease, the row is claimed again and its attempts
-// are spent on claims whose outcome was fenced off.
-const MinLease = time.Second
 
 // LoadLabeling reads the labeling configuration.
 func LoadLabeling(lookup Lookup) (Labeling, error) {
 	r := reader{lookup: lookup}
 	c := Labeling{
-		HTTPAddr:           r.str("HTTP_ADDR", ":8080"),
-		EventsToken:        r.token("EVENTS_TOKEN"),
-		BillingURL:         r.httpURL("BILLING_URL", "http://localhost:8081"),
-		ConsoleBillingURL:  r.optionalURL("CONSOLE_BILLING_URL", ""),
-		ConsoleTraceURL:    r.optionalURL("CONSOLE_TRACE_URL", "{trace}"),
-		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", time.Second, maxOutboxDuration),
-		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", DefaultClaimSize, MaxClaimSize),
-		Workers:            r.positiveInt("OUTBOX_WORKERS", DefaultWorkers, MaxClaimSize),
-		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", 30*time.Second, maxOutboxDuration),
-		Lease:              r.duration("OUTBOX_LEASE", 5*time.Minute, maxDuration),
-		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", 10, MaxAttempts),
-		RetryBase:          r.duration("OUTBOX_RETRY_BASE", 5*time.Second, maxOutboxDuration),
-		RetryMax:           r.duration("OUTBOX_RETRY_MAX", 15*time.Minute, maxDuration),
-		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", 168*time.Hour, maxDuration),
-		OutboxNotify:       r.boolean("OUTBOX_NOTIFY", true),
-		CleanupInterval:    r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
-		Bounds:             r.bounds(),
+		HTTP:              r.web(DefaultLabelingAddr),
+		EventsToken:       r.token("EVENTS_TOKEN"),
+		BillingURL:        r.httpURL("BILLING_URL", DefaultBillingURL),
+		ConsoleBillingURL: r.optionalURL("CONSOLE_BILLING_URL", ""),
+		ConsoleTraceURL:   r.optionalURL("CONSOLE_TRACE_URL", "{trace}"),
+		Relay: outbox.Config{
+			PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval, outbox.MaxShortDuration),
+			ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", outbox.DefaultClaimSize, outbox.MaxClaimSize),
+			Workers:            r.positiveInt("OUTBOX_WORKERS", outbox.DefaultWorkers, outbox.MaxClaimSize),
+			HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", outbox.DefaultHandlerTimeout, outbox.MaxShortDuration),
+			Lease:              r.duration("OUTBOX_LEASE", outbox.DefaultLease, outbox.MaxLongDuration),
+			MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, outbox.MaxAttempts),
+			RetryBase:          r.duration("OUTBOX_RETRY_BASE", outbox.DefaultRetryBase, outbox.MaxShortDuration),
+			RetryMax:           r.duration("OUTBOX_RETRY_MAX", outbox.DefaultRetryMax, outbox.MaxLongDuration),
+			ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", outbox.DefaultProcessedRetention, outbox.MaxLongDuration),
+			Notify:             r.boolean("OUTBOX_NOTIFY", outbox.DefaultNotify),
+		},
+		Cleanup: r.cleanup(),
+		Bounds:  r.dbBounds(),
 
-		EventsTransport:     r.oneOf("EVENTS_TRANSPORT", TransportHTTP, TransportHTTP, TransportNATS),
-		NATSURL:             r.natsURL("NATS_URL"),
-		NATSReplicas:        r.positiveInt("NATS_REPLICAS", 1, MaxClaimSize),
-		NATSDuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", DefaultDuplicateWindow, maxDuration),
-		NATSCreds:           r.file("NATS_CREDS"),
-		NATSConsumers:       r.names("NATS_CONSUMERS", "billing"),
+		EventsTransport: r.oneOf("EVENTS_TRANSPORT", TransportHTTP, TransportHTTP, TransportNATS),
+	}
+	c.NATS = stream.PublisherConfig{
+		URL:             r.natsURL("NATS_URL"),
+		Replicas:        r.positiveInt("NATS_REPLICAS", stream.DefaultReplicas, maxCount),
+		DuplicateWindow: r.duration("NATS_DUPLICATE_WINDOW", stream.DefaultDuplicateWindow, maxDuration),
+		Creds:           r.file("NATS_CREDS"),
+		Consumers:       r.names("NATS_CONSUMERS", DefaultConsumer),
+		Key:             []byte(c.EventsToken),
+		Retention:       c.Relay.ProcessedRetention,
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultLabelingDatabase)
-	if r.err == nil && c.EventsTransport == TransportNATS && c.NATSURL == "" {
+	if r.err == nil && c.EventsTransport == TransportNATS && c.NATS.URL == "" {
 		r.fail("NATS_URL", "required with EVENTS_TRANSPORT=nats")
 	}
-	if r.err == nil && c.NATSReplicas > 5 {
-		r.fail("NATS_REPLICAS", "%d is more than JetStream's 5", c.NATSReplicas)
-	}
-	if r.err == nil && c.NATSDuplicateWindow > c.ProcessedRetention {
-		r.fail("NATS_DUPLICATE_WINDOW", "%s is longer than OUTBOX_PROCESSED_RETENTION (%s), which is how long a published row is kept",
-			c.NATSDuplicateWindow, c.ProcessedRetention)
-	}
-	if r.err == nil && c.RetryMax < c.RetryBase {
-		r.fail("OUTBOX_RETRY_MAX", "%s is less than OUTBOX_RETRY_BASE (%s)", c.RetryMax, c.RetryBase)
-	}
-	if r.err == nil && c.Lease < MinLease {
-		r.fail("OUTBOX_LEASE", "%s is less than the minimum of %s (a fifth of the lease is kept for recording each outcome)",
-			c.Lease, MinLease)
-	}
-	if r.err == nil && c.HandlerTimeout > c.Lease {
-		r.fail("OUTBOX_LEASE", "%s is shorter than OUTBOX_HANDLER_TIMEOUT (%s): a claim takes no more rows than OUTBOX_WORKERS has free, so each claimed row starts at once and must finish within the lease",
-			c.Lease, c.HandlerTimeout)
-	}
+	r.check(c.NATS, publisherVars)
+	r.check(c.Relay, relayVars)
 	return c, r.err
 }
+
+// DefaultConsumer is NATS_CONSUMERS' default: billing's durable.
+const DefaultConsumer = "billing"
+
+// maxDuration (ten years) bounds a duration no component bounds, and maxCount
+// the number NATS_REPLICAS is read within before the publisher's own rule
+// (stream.MaxReplicas) names JetStream's limit.
+const (
+	maxDuration = 10 * 365 * 24 * time.Hour
+	maxCount    = 1000
+)
 
 // LoadCommand reads what an operator command needs, and only that (contract
 // section 1): DATABASE_URL (def when unset: the service's Default*Database)
@@ -265,12 +256,12 @@ func LoadReplay(lookup Lookup) (Replay, error) {
 		Command:             Command{Bounds: r.dbBounds()},
 		EventsToken:         r.token("EVENTS_TOKEN"),
 		EventsTokenPrevious: r.optionalToken("EVENTS_TOKEN_PREVIOUS"),
-		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
+		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", billing.DefaultReceiptsRetention, maxDuration),
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
-	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
-		r.fail("EVENTS_TOKEN_PREVIOUS", "equals EVENTS_TOKEN: a rotation needs a new token (or unset the previous one)")
-	}
+	r.check(billing.Config{
+		EventsToken: c.EventsToken, EventsTokenPrevious: c.EventsTokenPrevious, ReceiptsRetention: c.ReceiptsRetention,
+	}, billingVars)
 	return c, r.err
 }
 
@@ -298,43 +289,66 @@ func LoadHTTPAddr(lookup Lookup, def string) string {
 	return r.str("HTTP_ADDR", def)
 }
 
-func (r *reader) bounds() Bounds {
-	b := r.dbBounds()
-	b.RequestTimeout = r.duration("HTTP_REQUEST_TIMEOUT", DefaultRequestTimeout, MaxRequestTimeout)
+// web reads the server's settings: HTTP_ADDR (def when unset) and
+// HTTP_REQUEST_TIMEOUT.
+func (r *reader) web(def string) web.Config {
+	c := web.Config{
+		Addr:           r.str("HTTP_ADDR", def),
+		RequestTimeout: r.duration("HTTP_REQUEST_TIMEOUT", web.DefaultRequestTimeout, web.MaxRequestTimeout),
+	}
+	r.check(c, webVars)
+	return c
+}
+
+// dbBounds reads the DB_* bounds.
+func (r *reader) dbBounds() sqldb.Bounds {
+	b := sqldb.Bounds{
+		StatementTimeout: r.duration("DB_STATEMENT_TIMEOUT", sqldb.DefaultStatementTimeout, sqldb.MaxTimeout),
+		LockTimeout:      r.duration("DB_LOCK_TIMEOUT", sqldb.DefaultLockTimeout, sqldb.MaxTimeout),
+	}
+	r.check(b, boundsVars)
 	return b
 }
 
-// dbBounds reads the DB_* bounds alone (RequestTimeout stays zero).
-func (r *reader) dbBounds() Bounds {
-	return Bounds{
-		StatementTimeout: r.duration("DB_STATEMENT_TIMEOUT", DefaultStatementTimeout, maxDBTimeout),
-		LockTimeout:      r.duration("DB_LOCK_TIMEOUT", DefaultLockTimeout, maxDBTimeout),
-	}
+// cleanup reads CLEANUP_INTERVAL.
+func (r *reader) cleanup() retention.Config {
+	c := retention.Config{Interval: r.duration("CLEANUP_INTERVAL", retention.DefaultInterval, maxDuration)}
+	r.check(c, retentionVars)
+	return c
 }
 
 // LoadBilling reads the billing configuration.
 func LoadBilling(lookup Lookup) (Billing, error) {
 	r := reader{lookup: lookup}
 	c := Billing{
-		HTTPAddr:            r.str("HTTP_ADDR", ":8081"),
-		EventsToken:         r.token("EVENTS_TOKEN"),
-		EventsTokenPrevious: r.optionalToken("EVENTS_TOKEN_PREVIOUS"),
-		ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", 720*time.Hour, maxDuration),
-		CleanupInterval:     r.duration("CLEANUP_INTERVAL", time.Hour, maxDuration),
-		Bounds:              r.bounds(),
-		ConsoleLabelingURL:  r.optionalURL("CONSOLE_LABELING_URL", ""),
-		NATSURL:             r.natsURL("NATS_URL"),
-		NATSAckWait:         r.duration("NATS_ACK_WAIT", 30*time.Second, maxOutboxDuration),
-		ApplyGroupMax:       r.positiveInt("BILLING_APPLY_GROUP_MAX", DefaultApplyGroupMax, MaxApplyGroup),
-		NATSCreds:           r.file("NATS_CREDS"),
-		NATSMaxDeliveries:   r.positiveInt("NATS_MAX_DELIVERIES", DefaultNATSMaxDeliveries, MaxNATSMaxDeliveries),
-		NATSFailedMaxRows:   r.positiveInt("NATS_FAILED_MAX_ROWS", DefaultNATSFailedMaxRows, MaxNATSFailedMaxRows),
-		NATSFailedMaxBytes:  r.positiveInt("NATS_FAILED_MAX_BYTES", DefaultNATSFailedMaxBytes, MaxNATSFailedMaxBytes),
+		HTTP: r.web(DefaultBillingAddr),
+		Billing: billing.Config{
+			EventsToken:         r.token("EVENTS_TOKEN"),
+			EventsTokenPrevious: r.optionalToken("EVENTS_TOKEN_PREVIOUS"),
+			ReceiptsRetention:   r.duration("RECEIPTS_RETENTION", billing.DefaultReceiptsRetention, maxDuration),
+		},
+		Cleanup:            r.cleanup(),
+		Bounds:             r.dbBounds(),
+		ConsoleLabelingURL: r.optionalURL("CONSOLE_LABELING_URL", ""),
+		NATS: stream.ConsumerConfig{
+			URL:     r.natsURL("NATS_URL"),
+			AckWait: r.duration("NATS_ACK_WAIT", stream.DefaultAckWait, stream.MaxAckWait),
+		},
+	}
+	c.Billing.ApplyGroupMax = r.positiveInt("BILLING_APPLY_GROUP_MAX", billing.DefaultApplyGroupMax, billing.MaxApplyGroupMax)
+	c.NATS.Creds = r.file("NATS_CREDS")
+	c.NATS.Durable = billing.Durable
+	c.NATSIntake = billing.NATSConfig{
+		Key:            []byte(c.Billing.EventsToken),
+		PreviousKey:    []byte(c.Billing.EventsTokenPrevious),
+		MaxDeliveries:  uint64(r.positiveInt("NATS_MAX_DELIVERIES", billing.DefaultNATSMaxDeliveries, billing.MaxNATSMaxDeliveries)),
+		MaxFailedRows:  int64(r.positiveInt("NATS_FAILED_MAX_ROWS", billing.DefaultNATSFailedMaxRows, billing.MaxNATSFailedMaxRows)),
+		MaxFailedBytes: int64(r.positiveInt("NATS_FAILED_MAX_BYTES", billing.DefaultNATSFailedMaxBytes, billing.MaxNATSFailedMaxBytes)),
 	}
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultBillingDatabase)
-	if r.err == nil && c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken {
-		r.fail("EVENTS_TOKEN_PREVIOUS", "equals EVENTS_TOKEN: a rotation needs a new token (or unset the previous one)")
-	}
+	r.check(c.Billing, billingVars)
+	r.check(c.NATS, consumerVars)
+	r.check(c.NATSIntake, intakeVars)
 	return c, r.err
 }
 
@@ -345,6 +359,11 @@ type Auth struct {
 	JWKSURL  string // where the issuer's signing keys are fetched from
 	Issuer   string // the iss every token must carry, exactly
 	Audience string // a value the token's aud must contain
+}
+
+// Settings is a as infra/auth takes it.
+func (a Auth) Settings() auth.Settings {
+	return auth.Settings{Disabled: a.Disabled, Config: auth.Config{JWKSURL: a.JWKSURL, Issuer: a.Issuer, Audience: a.Audience}}
 }
 
 // LoadAuth reads the authentication settings. It fails, naming the variables,
@@ -368,12 +387,6 @@ func LoadAuth(lookup Lookup) (Auth, error) {
 	}
 	return c, r.err
 }
-
-// DefaultDuplicateWindow is NATS_DUPLICATE_WINDOW's default: longer than the
-// lease (5m) plus the longest retry delay (15m) plus a handler timeout (30s) of
-// the relay's defaults, the longest a row can wait before it is published again
-// after a publish whose ack was lost or whose settle never happened.
-const DefaultDuplicateWindow = 30 * time.Minute
 
 // reader keeps the first error, so a caller reads every field and checks once.
 type reader struct {
@@ -484,20 +497,6 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 	r.fail(name, "%q is not one of %s", v, strings.Join(allowed, ", "))
 	return def
 }
-
-// DefaultNATSMaxDeliveries is NATS_MAX_DELIVERIES' default: with billing's nak
-// delay doubling from 250ms to 30s, about 8 hours of redeliveries, long enough
-// to ship a billing that knows a new event type. MaxNATSMaxDeliveries bounds it.
-const (
-	DefaultNATSMaxDeliveries = 1000
-	MaxNATSMaxDeliveries     = 1_000_000
-	// DefaultNATSFailedMaxRows and DefaultNATSFailedMaxBytes bound
-	// billing_nats_failed by default: 100000 records, 1 GiB of payloads.
-	DefaultNATSFailedMaxRows  = 100_000
-	MaxNATSFailedMaxRows      = 100_000_000
-	DefaultNATSFailedMaxBytes = 1 << 30
-	MaxNATSFailedMaxBytes     = 1 << 40
-)
 
 // file reads the path of a file that must be readable now, or empty.
 func (r *reader) file(name string) string {

@@ -11,8 +11,16 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/stopbudget"
+	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 )
 
@@ -37,26 +45,26 @@ func TestLoadLabeling(t *testing.T) {
 		t.Parallel()
 		c, err := config.LoadLabeling(env(base()))
 		require.NoError(t, err)
-		require.Equal(t, ":8080", c.HTTPAddr)
+		require.Equal(t, ":8080", c.HTTP.Addr)
 		require.Equal(t, "http://localhost:8081", c.BillingURL)
-		require.Equal(t, time.Second, c.PollInterval)
-		require.Equal(t, 40, c.ClaimSize)
-		require.Equal(t, 30*time.Second, c.HandlerTimeout)
-		require.Equal(t, 5*time.Minute, c.Lease)
-		require.Equal(t, 10, c.MaxAttempts)
-		require.Equal(t, 5*time.Second, c.RetryBase)
-		require.Equal(t, 15*time.Minute, c.RetryMax)
-		require.Equal(t, 168*time.Hour, c.ProcessedRetention)
-		require.True(t, c.OutboxNotify)
-		require.Equal(t, time.Hour, c.CleanupInterval)
+		require.Equal(t, time.Second, c.Relay.PollInterval)
+		require.Equal(t, 40, c.Relay.ClaimSize)
+		require.Equal(t, 30*time.Second, c.Relay.HandlerTimeout)
+		require.Equal(t, 5*time.Minute, c.Relay.Lease)
+		require.Equal(t, 10, c.Relay.MaxAttempts)
+		require.Equal(t, 5*time.Second, c.Relay.RetryBase)
+		require.Equal(t, 15*time.Minute, c.Relay.RetryMax)
+		require.Equal(t, 168*time.Hour, c.Relay.ProcessedRetention)
+		require.True(t, c.Relay.Notify)
+		require.Equal(t, time.Hour, c.Cleanup.Interval)
 		require.Equal(t, config.TransportHTTP, c.EventsTransport, "HTTP stays the default")
-		require.Empty(t, c.NATSURL)
-		require.Equal(t, 1, c.NATSReplicas)
-		require.Equal(t, 30*time.Minute, c.NATSDuplicateWindow)
-		require.Greater(t, c.NATSDuplicateWindow, c.Lease+c.RetryMax+c.HandlerTimeout,
+		require.Empty(t, c.NATS.URL)
+		require.Equal(t, 1, c.NATS.Replicas)
+		require.Equal(t, 30*time.Minute, c.NATS.DuplicateWindow)
+		require.Greater(t, c.NATS.DuplicateWindow, c.Relay.Lease+c.Relay.RetryMax+c.Relay.HandlerTimeout,
 			"the default window covers a lease, the longest retry delay and a handler timeout")
-		require.Equal(t, []string{"billing"}, c.NATSConsumers, "the stream keeps every message for billing")
-		require.Empty(t, c.NATSCreds)
+		require.Equal(t, []string{"billing"}, c.NATS.Consumers, "the stream keeps every message for billing")
+		require.Empty(t, c.NATS.Creds)
 	})
 
 	t.Run("nats transport with a server list", func(t *testing.T) {
@@ -71,11 +79,11 @@ func TestLoadLabeling(t *testing.T) {
 		c, err := config.LoadLabeling(env(kv))
 		require.NoError(t, err)
 		require.Equal(t, config.TransportNATS, c.EventsTransport)
-		require.Equal(t, kv["NATS_URL"], c.NATSURL)
-		require.Equal(t, 3, c.NATSReplicas)
-		require.Equal(t, 2*time.Hour, c.NATSDuplicateWindow)
-		require.Equal(t, []string{"billing", "e2e-audit", "audit_2"}, c.NATSConsumers)
-		require.Equal(t, kv["NATS_CREDS"], c.NATSCreds)
+		require.Equal(t, kv["NATS_URL"], c.NATS.URL)
+		require.Equal(t, 3, c.NATS.Replicas)
+		require.Equal(t, 2*time.Hour, c.NATS.DuplicateWindow)
+		require.Equal(t, []string{"billing", "e2e-audit", "audit_2"}, c.NATS.Consumers)
+		require.Equal(t, kv["NATS_CREDS"], c.NATS.Creds)
 	})
 
 	t.Run("rejects nats without NATS_URL naming it", func(t *testing.T) {
@@ -92,7 +100,7 @@ func TestLoadLabeling(t *testing.T) {
 		kv["OUTBOX_NOTIFY"] = "false"
 		c, err := config.LoadLabeling(env(kv))
 		require.NoError(t, err)
-		require.False(t, c.OutboxNotify)
+		require.False(t, c.Relay.Notify)
 	})
 
 	bad := []struct {
@@ -190,7 +198,8 @@ func TestLoadLabeling(t *testing.T) {
 		t.Parallel()
 		c, err := config.LoadLabeling(env(base()))
 		require.NoError(t, err)
-		require.Equal(t, config.Bounds{RequestTimeout: 8 * time.Second, StatementTimeout: 5 * time.Second, LockTimeout: 2 * time.Second}, c.Bounds)
+		require.Equal(t, 8*time.Second, c.HTTP.RequestTimeout)
+		require.Equal(t, sqldb.Bounds{StatementTimeout: 5 * time.Second, LockTimeout: 2 * time.Second}, c.Bounds)
 	})
 
 	t.Run("an operator command needs no EVENTS_TOKEN", func(t *testing.T) {
@@ -258,14 +267,14 @@ func TestLoadBilling(t *testing.T) {
 		t.Parallel()
 		c, err := config.LoadBilling(env(base()))
 		require.NoError(t, err)
-		require.Equal(t, ":8081", c.HTTPAddr)
-		require.Equal(t, 720*time.Hour, c.ReceiptsRetention)
-		require.Equal(t, time.Hour, c.CleanupInterval)
-		require.Empty(t, c.NATSURL, "no NATS consumer unless asked")
-		require.Equal(t, 30*time.Second, c.NATSAckWait)
-		require.Equal(t, 100, c.ApplyGroupMax, "group apply is on by default")
-		require.Equal(t, 1000, c.NATSMaxDeliveries)
-		require.Empty(t, c.NATSCreds)
+		require.Equal(t, ":8081", c.HTTP.Addr)
+		require.Equal(t, 720*time.Hour, c.Billing.ReceiptsRetention)
+		require.Equal(t, time.Hour, c.Cleanup.Interval)
+		require.Empty(t, c.NATS.URL, "no NATS consumer unless asked")
+		require.Equal(t, 30*time.Second, c.NATS.AckWait)
+		require.Equal(t, 100, c.Billing.ApplyGroupMax, "group apply is on by default")
+		require.Equal(t, 1000, int(c.NATSIntake.MaxDeliveries))
+		require.Empty(t, c.NATS.Creds)
 	})
 
 	t.Run("a group max of 1 turns group apply off", func(t *testing.T) {
@@ -274,7 +283,7 @@ func TestLoadBilling(t *testing.T) {
 		kv["BILLING_APPLY_GROUP_MAX"] = "1"
 		c, err := config.LoadBilling(env(kv))
 		require.NoError(t, err)
-		require.Equal(t, 1, c.ApplyGroupMax)
+		require.Equal(t, 1, c.Billing.ApplyGroupMax)
 	})
 
 	t.Run("reads the credentials file and the delivery bound", func(t *testing.T) {
@@ -284,22 +293,22 @@ func TestLoadBilling(t *testing.T) {
 		kv["NATS_MAX_DELIVERIES"] = "5"
 		c, err := config.LoadBilling(env(kv))
 		require.NoError(t, err)
-		require.Equal(t, kv["NATS_CREDS"], c.NATSCreds)
-		require.Equal(t, 5, c.NATSMaxDeliveries)
+		require.Equal(t, kv["NATS_CREDS"], c.NATS.Creds)
+		require.Equal(t, 5, int(c.NATSIntake.MaxDeliveries))
 	})
 
 	t.Run("bounds billing_nats_failed by default and reads the bound", func(t *testing.T) {
 		t.Parallel()
 		c, err := config.LoadBilling(env(base()))
 		require.NoError(t, err)
-		require.Equal(t, config.DefaultNATSFailedMaxRows, c.NATSFailedMaxRows)
-		require.Equal(t, config.DefaultNATSFailedMaxBytes, c.NATSFailedMaxBytes)
+		require.Equal(t, billing.DefaultNATSFailedMaxRows, int(c.NATSIntake.MaxFailedRows))
+		require.Equal(t, billing.DefaultNATSFailedMaxBytes, int(c.NATSIntake.MaxFailedBytes))
 		kv := base()
 		kv["NATS_FAILED_MAX_ROWS"], kv["NATS_FAILED_MAX_BYTES"] = "7", "4096"
 		c, err = config.LoadBilling(env(kv))
 		require.NoError(t, err)
-		require.Equal(t, 7, c.NATSFailedMaxRows)
-		require.Equal(t, 4096, c.NATSFailedMaxBytes)
+		require.Equal(t, 7, int(c.NATSIntake.MaxFailedRows))
+		require.Equal(t, 4096, int(c.NATSIntake.MaxFailedBytes))
 	})
 
 	for name, kv := range map[string][2]string{
@@ -333,13 +342,13 @@ func TestLoadBilling(t *testing.T) {
 		t.Parallel()
 		c, err := config.LoadBilling(env(base()))
 		require.NoError(t, err)
-		require.Empty(t, c.EventsTokenPrevious)
+		require.Empty(t, c.Billing.EventsTokenPrevious)
 		kv := base()
 		kv["EVENTS_TOKEN_PREVIOUS"] = "old-secret"
 		c, err = config.LoadBilling(env(kv))
 		require.NoError(t, err)
-		require.Equal(t, "old-secret", c.EventsTokenPrevious)
-		require.Equal(t, "secret", c.EventsToken)
+		require.Equal(t, "old-secret", c.Billing.EventsTokenPrevious)
+		require.Equal(t, "secret", c.Billing.EventsToken)
 	})
 
 	t.Run("rejects a bad retention naming it", func(t *testing.T) {
@@ -428,24 +437,31 @@ func credsFile(t *testing.T) string {
 // SIGKILL for every HTTP_REQUEST_TIMEOUT that start-up accepts.
 func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
 	t.Parallel()
-	loaders := map[string]func(config.Lookup) (config.Bounds, error){
-		"labeling": func(l config.Lookup) (config.Bounds, error) { c, err := config.LoadLabeling(l); return c.Bounds, err },
-		"billing":  func(l config.Lookup) (config.Bounds, error) { c, err := config.LoadBilling(l); return c.Bounds, err },
+	loaders := map[string]func(config.Lookup) (web.Config, error){
+		"labeling": func(l config.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
+		"billing":  func(l config.Lookup) (web.Config, error) { c, err := config.LoadBilling(l); return c.HTTP, err },
+	}
+	background := map[string][]stopbudget.Share{
+		"labeling": {outbox.StopShare, retention.StopShare, database.StopShare, telemetry.StopShare},
+		"billing":  {stream.ConsumerStopShare, retention.StopShare, database.StopShare, telemetry.StopShare},
 	}
 	for svc, load := range loaders {
 		t.Run(svc+": the largest accepted timeout stops under 30s, a larger one is refused naming it", func(t *testing.T) {
 			t.Parallel()
 			kv := base()
-			kv["HTTP_REQUEST_TIMEOUT"] = config.MaxRequestTimeout.String()
+			kv["HTTP_REQUEST_TIMEOUT"] = web.MaxRequestTimeout.String()
 			b, err := load(env(kv))
 			require.NoError(t, err)
-			require.Equal(t, config.MaxRequestTimeout, b.RequestTimeout)
+			require.Equal(t, web.MaxRequestTimeout, b.RequestTimeout)
 			server := web.NewServer(web.Config{RequestTimeout: b.RequestTimeout}, echo.New(), slog.New(slog.DiscardHandler))
-			budget := service.StopTimeout(server.DrainTimeout())
-			require.Less(t, budget, service.StopGrace, "the stop budget at HTTP_REQUEST_TIMEOUT=%s", config.MaxRequestTimeout)
+			// The shares of the service's components (cmd's tests hold the
+			// apps to declaring exactly these).
+			budget := stopbudget.Total(append([]stopbudget.Share{{Name: web.StopStep, Timeout: server.DrainTimeout()}},
+				background[svc]...))
+			require.Less(t, budget, service.StopGrace, "the stop budget at HTTP_REQUEST_TIMEOUT=%s", web.MaxRequestTimeout)
 			require.LessOrEqual(t, service.StopGrace, 30*time.Second, "Kubernetes' default grace")
 
-			kv["HTTP_REQUEST_TIMEOUT"] = (config.MaxRequestTimeout + time.Millisecond).String()
+			kv["HTTP_REQUEST_TIMEOUT"] = (web.MaxRequestTimeout + time.Millisecond).String()
 			_, err = load(env(kv))
 			require.ErrorContains(t, err, "HTTP_REQUEST_TIMEOUT")
 		})

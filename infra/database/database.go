@@ -19,6 +19,8 @@ import (
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
+	"github.com/acme/outboxpair/infra/stopbudget"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -26,15 +28,6 @@ import (
 type DB interface {
 	sqldb.DB
 	Close() error
-}
-
-// Bounds are the limits of the service's statements (0: the dialect's default).
-// On PostgreSQL they are statement_timeout and lock_timeout; on SQLite the
-// statement timeout bounds each transaction (interrupting its statement) and
-// the lock timeout is the busy timeout.
-type Bounds struct {
-	StatementTimeout time.Duration
-	LockTimeout      time.Duration
 }
 
 // Dialects is one value per dialect: what a slice builds for each (its
@@ -62,11 +55,11 @@ func Pick[T any](db sqldb.DB, d Dialects[T]) T {
 // Open opens url's database with b. It does not wait for a PostgreSQL server
 // (a service may start while it comes up; /readyz tells when it answers); a
 // SQLite file and its folder are created when missing.
-func Open(ctx context.Context, url string, b Bounds) (DB, error) {
+func Open(ctx context.Context, url string, b sqldb.Bounds, opts ...postgres.Option) (DB, error) {
 	if sqldb.DialectOf(url) == sqldb.SQLite {
-		return sqlite.Open(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+		return sqlite.Open(ctx, url, b)
 	}
-	pool, err := postgres.OpenBounded(ctx, url, postgres.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+	pool, err := postgres.OpenBounded(ctx, url, b, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -76,9 +69,9 @@ func Open(ctx context.Context, url string, b Bounds) (DB, error) {
 // OpenExisting is Open for a command that must not create a database: a
 // missing SQLite file is an error naming its absolute path (a PostgreSQL
 // database is never created anyway).
-func OpenExisting(ctx context.Context, url string, b Bounds) (DB, error) {
+func OpenExisting(ctx context.Context, url string, b sqldb.Bounds) (DB, error) {
 	if sqldb.DialectOf(url) == sqldb.SQLite {
-		return sqlite.OpenExisting(ctx, url, sqlite.Bounds{StatementTimeout: b.StatementTimeout, LockTimeout: b.LockTimeout})
+		return sqlite.OpenExisting(ctx, url, b)
 	}
 	db, err := Open(ctx, url, b)
 	if err != nil {
@@ -153,7 +146,7 @@ func MigrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.
 }
 
 func migrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.Logger, logOpen bool) error {
-	db, err := Open(ctx, url, Bounds{})
+	db, err := Open(ctx, url, sqldb.Bounds{})
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
@@ -168,16 +161,24 @@ func migrateURL(ctx context.Context, url string, m migrations.Set, logger *slog.
 type Config struct {
 	URL        string
 	Migrations migrations.Set
-	Bounds     Bounds
+	Bounds     sqldb.Bounds
 }
 
-// Module provides the service's sqldb.DB (with cfg.Bounds). On start it applies
-// the pending migrations over a connection of their own without the bounds,
-// before any component that uses the database starts; on stop it closes the
-// database after them.
-var Module = fx.Module("database",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (sqldb.DB, error) {
-		db, err := Open(context.Background(), cfg.URL, cfg.Bounds)
+// StopShare is the pool's close's share of the stop budget (contract section
+// 5). A pool whose connections a partition holds may not finish closing
+// (each one waits to say goodbye); it is left to the process exit, and the
+// server ends those sessions (idle_in_transaction_session_timeout,
+// infra/postgres), so nothing is lost by not waiting.
+var StopShare = stopbudget.Share{Name: "database", Timeout: time.Second}
+
+// Module provides the service's sqldb.DB (with cfg.Bounds; its PostgreSQL
+// statements traced when the app's *telemetry.Provider is on). On start it
+// applies the pending migrations over a connection of their own without the
+// bounds, before any component that uses the database starts; on stop it
+// closes the database after them, within StopShare.
+var Module = stopbudget.Module(StopShare, fx.Module("database",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger, tp *telemetry.Provider) (sqldb.DB, error) {
+		db, err := Open(context.Background(), cfg.URL, cfg.Bounds, postgres.Traced(tp.On()))
 		if err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
@@ -189,7 +190,7 @@ var Module = fx.Module("database",
 		})
 		return db, nil
 	}),
-)
+))
 
 // closeWithin closes db, waiting no longer than ctx: a PostgreSQL pool's close
 // waits for each connection's goodbye, which an unreachable server never

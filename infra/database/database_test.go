@@ -25,7 +25,7 @@ func TestPick(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "postgres", database.Pick(postgres.NewDB(nil), names))
 
-	db, err := database.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "t.db"), database.Bounds{})
+	db, err := database.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "t.db"), sqldb.Bounds{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.Equal(t, "sqlite", database.Pick(db, names), "Open's SQLite database")

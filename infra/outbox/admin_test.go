@@ -151,34 +151,34 @@ func TestRequeueReachesRunningRelays(t *testing.T) {
 	// bring a running relay to the row in time.
 	cfg.PollInterval, cfg.Notify, cfg.Now = 10*time.Second, true, clk.Now
 	var seen sync.Map
-	r := newRelay(t, db.Pool, cfg, handle(func(_ context.Context, m outbox.Message) error {
+	r := newRelay(t, pg(db.Pool), cfg, handle(func(_ context.Context, m outbox.Message) error {
 		if _, again := seen.LoadOrStore(m.ID, true); !again {
 			return outbox.Permanent(errors.New("refused the first time"))
 		}
 		return nil
 	}))
 	require.NoError(t, r.Start(ctxT(t)))
-	failed := appendEvents(t, db.Pool, thing{N: 1})[0]
+	failed := appendEvents(t, pg(db.Pool), thing{N: 1})[0]
 	r.Nudge()
-	require.Eventually(t, func() bool { return getRow(t, db.Pool, failed).FailedAt != nil },
+	require.Eventually(t, func() bool { return getRow(t, pg(db.Pool), failed).FailedAt != nil },
 		10*time.Second, 10*time.Millisecond)
 
 	// A later claim lifts the relay's scan floor above the failed row.
 	clk.Add(10 * time.Second)
-	later := appendEvents(t, db.Pool, thing{N: 2})[0]
+	later := appendEvents(t, pg(db.Pool), thing{N: 2})[0]
 	r.Nudge()
-	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).FailedAt != nil },
+	require.Eventually(t, func() bool { return getRow(t, pg(db.Pool), later).FailedAt != nil },
 		20*time.Second, 10*time.Millisecond)
 
 	n, err := outbox.Requeue(ctxT(t), outbox.NewPostgresStore(db.Pool), []uuid.UUID{failed})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	require.Eventually(t, func() bool { return getRow(t, db.Pool, failed).ProcessedAt != nil },
+	require.Eventually(t, func() bool { return getRow(t, pg(db.Pool), failed).ProcessedAt != nil },
 		8*time.Second, 10*time.Millisecond, "a running relay delivers a requeued row at once, not at its sweep (30s away; its polls skip the row below their floor)")
 
 	n, err = outbox.RequeueAllFailed(ctxT(t), outbox.NewPostgresStore(db.Pool))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	require.Eventually(t, func() bool { return getRow(t, db.Pool, later).ProcessedAt != nil },
+	require.Eventually(t, func() bool { return getRow(t, pg(db.Pool), later).ProcessedAt != nil },
 		8*time.Second, 10*time.Millisecond, "so does one requeued with --all-failed")
 }

@@ -27,16 +27,16 @@ func TestAppend(t *testing.T) {
 			return rollback
 		})
 		require.ErrorIs(t, err, rollback)
-		require.Zero(t, count(t, db.Pool, "true"))
+		require.Zero(t, count(t, pg(db.Pool), "true"))
 	})
 
 	t.Run("a committed transaction leaves exactly one pending row with a UUIDv7 id", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
 		before := time.Now().UnixMilli()
-		ids := appendEvents(t, db.Pool, thing{N: 7})
+		ids := appendEvents(t, pg(db.Pool), thing{N: 7})
 
-		rows := allRows(t, db.Pool)
+		rows := allRows(t, pg(db.Pool))
 		require.Len(t, rows, 1)
 		r := rows[0]
 		require.Equal(t, ids[0], r.ID)
@@ -55,8 +55,8 @@ func TestAppend(t *testing.T) {
 	t.Run("every append is a new row with a new id", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		ids := appendEvents(t, db.Pool, thing{N: 1}, thing{N: 1})
+		ids := appendEvents(t, pg(db.Pool), thing{N: 1}, thing{N: 1})
 		require.NotEqual(t, ids[0], ids[1])
-		require.Equal(t, 2, count(t, db.Pool, "true"))
+		require.Equal(t, 2, count(t, pg(db.Pool), "true"))
 	})
 }

@@ -73,7 +73,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				db := newDB(b)
-				appendEvents(b, db.Pool, things(rows)...)
+				appendEvents(b, pg(db.Pool), things(rows)...)
 				relayPool, err := postgres.Open(context.Background(), db.URL)
 				require.NoError(b, err)
 				cfg := testConfig()
@@ -91,7 +91,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 				for _, r := range relays {
 					require.NoError(b, r.Start(context.Background()))
 				}
-				for polls = 1; count(b, db.Pool, "processed_at IS NULL") > 0; polls++ {
+				for polls = 1; count(b, pg(db.Pool), "processed_at IS NULL") > 0; polls++ {
 					time.Sleep(2 * time.Millisecond)
 				}
 				delivered += time.Since(start)
@@ -147,12 +147,12 @@ func BenchmarkCrossReplicaWakeup(b *testing.B) {
 			aCfg.HandlerTimeout, aCfg.Lease = time.Minute, 10*time.Minute
 			held, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
-			a := newRelay(b, db.Pool, aCfg, handle(func(context.Context, outbox.Message) error {
+			a := newRelay(b, pg(db.Pool), aCfg, handle(func(context.Context, outbox.Message) error {
 				once.Do(func() { close(held) })
 				<-release
 				return nil
 			}))
-			appendEvents(b, db.Pool, thing{N: -1})
+			appendEvents(b, pg(db.Pool), thing{N: -1})
 			require.NoError(b, a.Start(ctx))
 			<-held
 			b.Cleanup(func() { close(release) })
@@ -167,7 +167,7 @@ func BenchmarkCrossReplicaWakeup(b *testing.B) {
 			started := make(chan start, 1)
 			bCfg := testConfig()
 			bCfg.PollInterval, bCfg.Notify, bCfg.Lease = time.Second, notify, aCfg.Lease
-			rb := newRelay(b, bPool, bCfg, handle(func(_ context.Context, m outbox.Message) error {
+			rb := newRelay(b, pg(bPool), bCfg, handle(func(_ context.Context, m outbox.Message) error {
 				started <- start{m.ID, time.Now()}
 				return nil
 			}))

@@ -1,11 +1,8 @@
 package outbox
 
 import (
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/acme/outboxpair/infra/config"
 )
 
 // Config tunes a relay. The handler timeout must not exceed the lease (the
@@ -61,51 +58,167 @@ func (c Config) workers() int {
 // and a row that waited that long for a worker is released undispatched.
 func LeaseMargin(lease time.Duration) time.Duration { return lease / 5 }
 
-func (c Config) validate() error {
-	var errs []error
-	positive := func(name string, ok bool, v any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, v))
+// The defaults of a relay's settings (the OUTBOX_* variables' defaults,
+// contract section 1): DefaultConfig returns them.
+const (
+	DefaultPollInterval   = time.Second
+	DefaultHandlerTimeout = 30 * time.Second
+	DefaultLease          = 5 * time.Minute
+	DefaultMaxAttempts    = 10
+	DefaultRetryBase      = 5 * time.Second
+	DefaultRetryMax       = 15 * time.Minute
+	// DefaultProcessedRetention is a week.
+	DefaultProcessedRetention = 168 * time.Hour
+	DefaultNotify             = true
+	// DefaultWorkers: rows in flight per relay. Billing commits once per
+	// event, so its throughput grows with the deliveries it is given at once
+	// (group commit); 40 keeps its pool busy with room to spare.
+	DefaultWorkers = 40
+	// DefaultClaimSize is DefaultWorkers: a claim never takes more rows than
+	// the relay has free workers, so a larger claim size changes nothing at the
+	// default workers, and with this one a relay whose workers are all free
+	// fills them in one statement. It was 10 until issue 20, when the lease
+	// rule was claim size × handler timeout ≤ lease.
+	DefaultClaimSize = DefaultWorkers
+)
+
+// The bounds Validate holds a setting to. An upper bound keeps an absurd value
+// (a typo, an extra digit) from starting a relay that misbehaves later: each
+// is far above any sensible setting.
+const (
+	// MaxClaimSize bounds ClaimSize and Workers.
+	MaxClaimSize = 1000
+	MaxAttempts  = 1000
+	// MaxShortDuration bounds PollInterval, HandlerTimeout and RetryBase.
+	MaxShortDuration = 24 * time.Hour
+	// MaxLongDuration (ten years) bounds Lease, RetryMax and ProcessedRetention.
+	MaxLongDuration = 10 * 365 * 24 * time.Hour
+	// MinLease is the least Lease. The relay keeps a fifth of every lease for
+	// recording each row's outcome (LeaseMargin); below 200ms a settle on a
+	// busy database may land after the lease, the row is claimed again and its
+	// attempts are spent on claims whose outcome was fenced off.
+	MinLease = time.Second
+)
+
+// DefaultConfig is a relay with every setting at its default.
+func DefaultConfig() Config {
+	return Config{
+		PollInterval:       DefaultPollInterval,
+		ClaimSize:          DefaultClaimSize,
+		Workers:            DefaultWorkers,
+		HandlerTimeout:     DefaultHandlerTimeout,
+		Lease:              DefaultLease,
+		MaxAttempts:        DefaultMaxAttempts,
+		RetryBase:          DefaultRetryBase,
+		RetryMax:           DefaultRetryMax,
+		ProcessedRetention: DefaultProcessedRetention,
+		Notify:             DefaultNotify,
+	}
+}
+
+// The lease rule. A claimed row must be done with (dispatched and settled)
+// before its claim's lease runs out, or another relay takes it and it is
+// delivered twice. Each row in flight finishes within the handler timeout T
+// (the relay cuts it off then), once a worker takes it. With W workers running
+// a claim of C rows one after another, the last row of the claim would start
+// after ceil(C/W) − 1 timeouts at worst and finish by ceil(C/W) × T. The relay
+// never claims more rows than it has free workers (C ≤ free ≤ W), so
+// ceil(C/W) = 1: every row of a claim starts when the claim returns, and the
+// lease must cover one timeout, T ≤ Lease, whatever ClaimSize is. (The rule
+// this replaces, claim size × T ≤ lease, assumed the rows of a claim ran one
+// after another, and made a claim of more than 10 rows illegal at the default
+// timeout.) The relay keeps a fifth of each lease for the claim and the settle
+// on top (LeaseMargin): a dispatch is cut off at four fifths of the lease if T
+// is longer.
+
+// Validate reports the first setting of c that a relay refuses, as
+// "Field: what is wrong" (the Config field's name): Check with the fields'
+// own names. It holds every rule of contract section 1 for the OUTBOX_*
+// variables: each value positive and within its bound, Lease at least
+// MinLease, RetryMax at least RetryBase, and the lease rule.
+func (c Config) Validate() error { return c.Check(FieldName) }
+
+// FieldName names a Config field by itself, for Validate.
+func FieldName(field string) string { return field }
+
+// Check is Validate with each field named by name(field) ("Lease" →
+// "OUTBOX_LEASE" for infra/config), so one wording serves every caller: the
+// message starts with the name of the setting to change.
+func (c Config) Check(name func(field string) string) error { return c.check(name, true) }
+
+// check holds the rules in the order a setting is refused: a value out of its
+// range for that range, before what it breaks further on. Without bounds it
+// holds only the rules without which a relay cannot keep its guarantees, the
+// ones NewRelay enforces (tests run relays with leases under MinLease): every
+// value positive, RetryMax at least RetryBase, and the lease rule.
+func (c Config) check(name func(field string) string, bounds bool) error {
+	for _, p := range []struct {
+		field string
+		ok    bool
+		v     any
+	}{
+		{"PollInterval", c.PollInterval > 0, c.PollInterval},
+		{"ClaimSize", c.ClaimSize > 0, c.ClaimSize},
+		{"HandlerTimeout", c.HandlerTimeout > 0, c.HandlerTimeout},
+		{"Lease", c.Lease > 0, c.Lease},
+		{"MaxAttempts", c.MaxAttempts > 0, c.MaxAttempts},
+		{"RetryBase", c.RetryBase > 0, c.RetryBase},
+		{"ProcessedRetention", c.ProcessedRetention > 0, c.ProcessedRetention},
+	} {
+		if !p.ok {
+			return fmt.Errorf("%s: %v must be positive", name(p.field), p.v)
 		}
 	}
-	positive("poll interval", c.PollInterval > 0, c.PollInterval)
-	positive("claim size", c.ClaimSize > 0, c.ClaimSize)
-	positive("handler timeout", c.HandlerTimeout > 0, c.HandlerTimeout)
-	positive("lease", c.Lease > 0, c.Lease)
-	positive("max attempts", c.MaxAttempts > 0, c.MaxAttempts)
-	positive("retry base", c.RetryBase > 0, c.RetryBase)
-	positive("processed retention", c.ProcessedRetention > 0, c.ProcessedRetention)
 	if c.Workers < 0 {
-		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", c.Workers))
+		return fmt.Errorf("%s: %d must not be negative (0 is ClaimSize)", name("Workers"), c.Workers)
 	}
-	if len(errs) == 0 {
-		if c.RetryMax < c.RetryBase {
-			errs = append(errs, fmt.Errorf("retry max (%s) is less than retry base (%s)", c.RetryMax, c.RetryBase))
-		}
-		if c.HandlerTimeout > c.Lease {
-			errs = append(errs, fmt.Errorf("handler timeout (%s) exceeds the lease (%s)", c.HandlerTimeout, c.Lease))
+	if bounds {
+		if err := c.checkBounds(name); err != nil {
+			return err
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("outbox: invalid relay config: %w", err)
+	if c.RetryMax < c.RetryBase {
+		return fmt.Errorf("%s: %s is less than %s (%s)", name("RetryMax"), c.RetryMax, name("RetryBase"), c.RetryBase)
+	}
+	if bounds && c.Lease < MinLease {
+		return fmt.Errorf("%s: %s is less than the minimum of %s (a fifth of the lease is kept for recording each outcome)",
+			name("Lease"), c.Lease, MinLease)
+	}
+	if c.HandlerTimeout > c.Lease {
+		return fmt.Errorf("%s: %s is shorter than %s (%s): a claim takes no more rows than %s has free, so each claimed row starts at once and must finish within the lease",
+			name("Lease"), c.Lease, name("HandlerTimeout"), c.HandlerTimeout, name("Workers"))
 	}
 	return nil
 }
 
-// ConfigFrom is the relay's Config as labeling's settings give it (the
-// OUTBOX_* variables, infra/config): the one mapping serve, the property test
-// and the benchmark all use, so a setting added to one is added to all.
-func ConfigFrom(c config.Labeling) Config {
-	return Config{
-		PollInterval:       c.PollInterval,
-		ClaimSize:          c.ClaimSize,
-		Workers:            c.Workers,
-		HandlerTimeout:     c.HandlerTimeout,
-		Lease:              c.Lease,
-		MaxAttempts:        c.MaxAttempts,
-		RetryBase:          c.RetryBase,
-		RetryMax:           c.RetryMax,
-		ProcessedRetention: c.ProcessedRetention,
-		Notify:             c.OutboxNotify,
+// checkBounds holds each value under its maximum.
+func (c Config) checkBounds(name func(field string) string) error {
+	for _, n := range []struct {
+		field    string
+		v, limit int
+	}{
+		{"ClaimSize", c.ClaimSize, MaxClaimSize},
+		{"Workers", c.Workers, MaxClaimSize},
+		{"MaxAttempts", c.MaxAttempts, MaxAttempts},
+	} {
+		if n.v > n.limit {
+			return fmt.Errorf("%s: %d is more than the maximum of %d", name(n.field), n.v, n.limit)
+		}
 	}
+	for _, d := range []struct {
+		field    string
+		v, limit time.Duration
+	}{
+		{"PollInterval", c.PollInterval, MaxShortDuration},
+		{"HandlerTimeout", c.HandlerTimeout, MaxShortDuration},
+		{"RetryBase", c.RetryBase, MaxShortDuration},
+		{"Lease", c.Lease, MaxLongDuration},
+		{"RetryMax", c.RetryMax, MaxLongDuration},
+		{"ProcessedRetention", c.ProcessedRetention, MaxLongDuration},
+	} {
+		if d.v > d.limit {
+			return fmt.Errorf("%s: %s is more than the maximum of %s", name(d.field), d.v, d.limit)
+		}
+	}
+	return nil
 }

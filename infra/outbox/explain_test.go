@@ -30,11 +30,11 @@ func TestPlansStayOnIndexes(t *testing.T) {
 
 	fill := func(t *testing.T, db *pgtest.DB) {
 		now := time.Now().UnixMilli()
-		exec(t, db.Pool, `
+		exec(t, pg(db.Pool), `
 			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at)
 			SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint - g, $1::bigint - g, 1, $1::bigint
 			FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), settled)
-		exec(t, db.Pool, `
+		exec(t, pg(db.Pool), `
 			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 			SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint + g, 0
 			FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), pending)
@@ -42,12 +42,12 @@ func TestPlansStayOnIndexes(t *testing.T) {
 	states := map[string]func(t *testing.T, db *pgtest.DB){
 		"never analyzed": fill,
 		"analyzed while empty": func(t *testing.T, db *pgtest.DB) {
-			exec(t, db.Pool, `ANALYZE outbox_events`)
+			exec(t, pg(db.Pool), `ANALYZE outbox_events`)
 			fill(t, db)
 		},
 		"analyzed full": func(t *testing.T, db *pgtest.DB) {
 			fill(t, db)
-			exec(t, db.Pool, `ANALYZE outbox_events`)
+			exec(t, pg(db.Pool), `ANALYZE outbox_events`)
 		},
 		// The steady state: vacuumed and analyzed with history and no backlog, so
 		// the planner believes the pending index nearly empty; then a backlog
@@ -55,19 +55,19 @@ func TestPlansStayOnIndexes(t *testing.T) {
 		// scanned the pending index and filtered on id.
 		"analyzed with history and no backlog, then a backlog": func(t *testing.T, db *pgtest.DB) {
 			now := time.Now().UnixMilli()
-			exec(t, db.Pool, `
+			exec(t, pg(db.Pool), `
 				INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at)
 				SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint - g, $1::bigint - g, 1, $1::bigint
 				FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), settled)
-			exec(t, db.Pool, `VACUUM ANALYZE outbox_events`)
-			exec(t, db.Pool, `
+			exec(t, pg(db.Pool), `VACUUM ANALYZE outbox_events`)
+			exec(t, pg(db.Pool), `
 				INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 				SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint + g, 0
 				FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), pending)
 		},
 		"vacuumed and analyzed full": func(t *testing.T, db *pgtest.DB) {
 			fill(t, db)
-			exec(t, db.Pool, `VACUUM ANALYZE outbox_events`)
+			exec(t, pg(db.Pool), `VACUUM ANALYZE outbox_events`)
 		},
 	}
 	// A backlog and no history, vacuumed and analyzed as autovacuum leaves it
@@ -86,11 +86,11 @@ func TestPlansStayOnIndexes(t *testing.T) {
 		genericOnly[state] = backlog < 50_000
 		states[state] = func(t *testing.T, db *pgtest.DB) {
 			now := time.Now().UnixMilli()
-			exec(t, db.Pool, `
+			exec(t, pg(db.Pool), `
 				INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 				SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint + g, 0
 				FROM generate_series(1, $2::int) g`, now-time.Hour.Milliseconds(), backlog)
-			exec(t, db.Pool, `VACUUM ANALYZE outbox_events`)
+			exec(t, pg(db.Pool), `VACUUM ANALYZE outbox_events`)
 		}
 	}
 	for state, prepare := range states {
@@ -202,7 +202,7 @@ func TestPlansPreparedOnAnEmptyOutbox(t *testing.T) {
 	_, err = conn.Exec(ctxT(t), `EXECUTE settle('{}', '{}', '{}', '{}', '{}')`)
 	require.NoError(t, err)
 
-	exec(t, db.Pool, `
+	exec(t, pg(db.Pool), `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
 		SELECT gen_random_uuid(), 'Thing', '{}', $1::bigint + g, $1::bigint, 0
 		FROM generate_series(1, 100000) g`, now-time.Hour.Milliseconds())

@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -54,67 +53,38 @@ func rowColumns(db *dbtest.DB) string {
 	return `id, event_tag, ` + payload + `, created_at, available_at, claimed_until, attempts, processed_at, failed_at, last_error`
 }
 
-// asDB is a test's database: a *dbtest.DB (either dialect), a PostgreSQL
-// pool of the tests that only PostgreSQL runs, or a *tableDB.
-func asDB(t testing.TB, db any) *dbtest.DB {
-	t.Helper()
-	d, ok := dbOf(db)
-	if !ok {
-		t.Fatalf("not a test database: %T", db)
-	}
-	return d
-}
+// pg is a PostgreSQL pool of the tests that only PostgreSQL runs, as the
+// helpers take a test's database: typed, so a helper cannot be handed
+// anything else.
+func pg(p *pgxpool.Pool) *dbtest.DB { return &dbtest.DB{DB: postgres.NewDB(p), Pool: p} }
 
-func dbOf(db any) (*dbtest.DB, bool) {
-	switch d := db.(type) {
-	case *dbtest.DB:
-		return d, true
-	case *pgxpool.Pool:
-		return &dbtest.DB{DB: postgres.NewDB(d), Pool: d}, true
-	case *tableDB:
-		return d.DB, true
-	default:
-		return nil, false
-	}
-}
+// storeOf is the outbox store of a test's database.
+func storeOf(t testing.TB, db *dbtest.DB) outbox.Store { return storeOn(t, db, outbox.DefaultTable) }
 
-// tableDB is a test database whose outbox is another table than
-// outbox_events: the helpers build their stores on it (outbox.WithTable) and
-// run their SQL, written for outbox_events, on it.
-type tableDB struct {
-	*dbtest.DB
-	table string
-}
+// The helpers below run on labeling's outbox_events; each has a twin that
+// takes the outbox table (...In, storeOn), for the tests of a store built
+// WithTable: their SQL, written for outbox_events, runs on that table.
 
 // billingOutbox is the second table the conformance table runs on: billing's,
 // as its migration creates it.
 const billingOutbox = "billing_outbox_events"
 
-// newBillingOutboxDB is a fresh billing database of dialect d, whose outbox
-// is billing_outbox_events.
-func newBillingOutboxDB(t testing.TB, d sqldb.Dialect) *tableDB {
+// newBillingDBOn is a fresh billing database of dialect d, which holds
+// billing_outbox_events and no outbox_events.
+func newBillingDBOn(t testing.TB, d sqldb.Dialect) *dbtest.DB {
 	t.Helper()
-	return &tableDB{DB: dbtest.New(t, d, migrations.Billing), table: billingOutbox}
-}
-
-// tableIn is the outbox table of a test database.
-func tableIn(db any) string {
-	if d, ok := db.(*tableDB); ok {
-		return d.table
-	}
-	return outbox.DefaultTable
+	return dbtest.New(t, d, migrations.Billing)
 }
 
 var outboxWord = regexp.MustCompile(`\boutbox_events\b`)
 
-// onTableOf is sql, written for outbox_events, on db's outbox table.
-func onTableOf(db any, sql string) string {
-	return outboxWord.ReplaceAllLiteralString(sql, tableIn(db))
-}
+// onTable is sql, written for outbox_events, on table.
+func onTable(table, sql string) string { return outboxWord.ReplaceAllLiteralString(sql, table) }
 
-// storeOf is the outbox store of a test's database.
-func storeOf(t testing.TB, db any) outbox.Store {
-	return outbox.NewStore(asDB(t, db).DB, outbox.WithTable(tableIn(db)))
+// storeOn is the outbox store of db on table.
+func storeOn(t testing.TB, db *dbtest.DB, table string) outbox.Store {
+	t.Helper()
+	return outbox.NewStore(db.DB, outbox.WithTable(table))
 }
 
 func scanRow(r dbtest.Row) (row, error) {
@@ -124,18 +94,28 @@ func scanRow(r dbtest.Row) (row, error) {
 	return x, err
 }
 
-func getRow(t testing.TB, db any, id uuid.UUID) row {
+func getRow(t testing.TB, db *dbtest.DB, id uuid.UUID) row {
 	t.Helper()
-	d := asDB(t, db)
-	x, err := scanRow(d.QueryRow(onTableOf(db, `SELECT `+rowColumns(d)+` FROM outbox_events WHERE id = $1`), id))
+	return getRowIn(t, db, outbox.DefaultTable, id)
+}
+
+func getRowIn(t testing.TB, db *dbtest.DB, table string, id uuid.UUID) row {
+	t.Helper()
+	d := db
+	x, err := scanRow(d.QueryRow(onTable(table, `SELECT `+rowColumns(d)+` FROM outbox_events WHERE id = $1`), id))
 	require.NoError(t, err)
 	return x
 }
 
-func allRows(t testing.TB, db any) []row {
+func allRows(t testing.TB, db *dbtest.DB) []row {
 	t.Helper()
-	d := asDB(t, db)
-	rows := d.Query(t, onTableOf(db, `SELECT `+rowColumns(d)+` FROM outbox_events ORDER BY created_at, id`))
+	return allRowsIn(t, db, outbox.DefaultTable)
+}
+
+func allRowsIn(t testing.TB, db *dbtest.DB, table string) []row {
+	t.Helper()
+	d := db
+	rows := d.Query(t, onTable(table, `SELECT `+rowColumns(d)+` FROM outbox_events ORDER BY created_at, id`))
 	var out []row
 	for rows.Next() {
 		x, err := scanRow(rows)
@@ -146,31 +126,38 @@ func allRows(t testing.TB, db any) []row {
 	return out
 }
 
-func count(t testing.TB, db any, where string, args ...any) int {
+func count(t testing.TB, db *dbtest.DB, where string, args ...any) int {
 	t.Helper()
-	return asDB(t, db).Count(t, onTableOf(db, `SELECT count(*) FROM outbox_events WHERE `+where), args...)
+	return countIn(t, db, outbox.DefaultTable, where, args...)
 }
 
-func exec(t testing.TB, db any, sql string, args ...any) {
+func countIn(t testing.TB, db *dbtest.DB, table, where string, args ...any) int {
 	t.Helper()
-	asDB(t, db).Exec(t, onTableOf(db, sql), args...)
+	return db.Count(t, onTable(table, `SELECT count(*) FROM outbox_events WHERE `+where), args...)
+}
+
+func exec(t testing.TB, db *dbtest.DB, sql string, args ...any) {
+	t.Helper()
+	db.Exec(t, sql, args...)
+}
+
+// execIn is exec of sql, written for outbox_events, on table.
+func execIn(t testing.TB, db *dbtest.DB, table, sql string, args ...any) {
+	t.Helper()
+	db.Exec(t, onTable(table, sql), args...)
 }
 
 // appendFunc appends one event in the transaction it was handed to.
 type appendFunc func(outbox.Event) (uuid.UUID, error)
 
-// inAppendTx runs fn in a transaction of db's dialect (committed when fn
-// returns nil), handing it the append of that dialect's store (on db's outbox
-// table) bound to the transaction, as a use case's transaction appends.
-func inAppendTx(ctx context.Context, db any, fn func(appendFunc) error) error {
-	d, ok := dbOf(db)
-	if !ok {
-		return fmt.Errorf("not a test database: %T", db)
-	}
-	table := outbox.WithTable(tableIn(db))
-	return database.Pick(d.DB, database.Dialects[error]{
-		Postgres: func(db *postgres.DB) error { return appendIn(ctx, db, outbox.NewPostgresStore(db.Pool, table), fn) },
-		SQLite:   func(db *sqlite.DB) error { return appendIn(ctx, db, outbox.NewSQLiteStore(db, table), fn) },
+// inAppendTxIn runs fn in a transaction of db's dialect (committed when fn
+// returns nil), handing it the append of that dialect's store on table bound
+// to the transaction, as a use case's transaction appends.
+func inAppendTxIn(ctx context.Context, db *dbtest.DB, table string, fn func(appendFunc) error) error {
+	on := outbox.WithTable(table)
+	return database.Pick(db.DB, database.Dialects[error]{
+		Postgres: func(db *postgres.DB) error { return appendIn(ctx, db, outbox.NewPostgresStore(db.Pool, on), fn) },
+		SQLite:   func(db *sqlite.DB) error { return appendIn(ctx, db, outbox.NewSQLiteStore(db, on), fn) },
 	})
 }
 
@@ -181,10 +168,16 @@ func appendIn[TX any](ctx context.Context, db sqldb.Transactor[TX], a outbox.App
 }
 
 // appendEvents appends events in one committed transaction, as a use case would.
-func appendEvents(t testing.TB, db any, events ...outbox.Event) []uuid.UUID {
+func appendEvents(t testing.TB, db *dbtest.DB, events ...outbox.Event) []uuid.UUID {
+	t.Helper()
+	return appendEventsIn(t, db, outbox.DefaultTable, events...)
+}
+
+// appendEventsIn is appendEvents into table.
+func appendEventsIn(t testing.TB, db *dbtest.DB, table string, events ...outbox.Event) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, 0, len(events))
-	err := inAppendTx(context.Background(), db, func(app appendFunc) error {
+	err := inAppendTxIn(context.Background(), db, table, func(app appendFunc) error {
 		for _, e := range events {
 			id, err := app(e)
 			if err != nil {
@@ -207,7 +200,7 @@ func things(n int) []outbox.Event {
 }
 
 // insertRow writes a pending row with any tag and raw payload, created now.
-func insertRow(t testing.TB, db any, tag, payload string) uuid.UUID {
+func insertRow(t testing.TB, db *dbtest.DB, tag, payload string) uuid.UUID {
 	t.Helper()
 	id := uuid.Must(uuid.NewV7())
 	now := time.Now().UnixMilli()
@@ -235,7 +228,7 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newRelay builds a relay that is stopped when the test ends.
-func newRelay(t testing.TB, db any, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
+func newRelay(t testing.TB, db *dbtest.DB, cfg outbox.Config, subs ...outbox.Subscriber) *outbox.Relay {
 	t.Helper()
 	r, err := outbox.NewRelay(storeOf(t, db), cfg, subs, testLogger(t))
 	require.NoError(t, err)

@@ -76,8 +76,8 @@ func NewRelay(store Store, cfg Config, subs []Subscriber, logger *slog.Logger) (
 	if store == nil {
 		return nil, errors.New("outbox: relay needs a store")
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	if err := cfg.check(FieldName, false); err != nil {
+		return nil, fmt.Errorf("outbox: invalid relay config: %w", err)
 	}
 	byTag := make(map[string][]Handler)
 	for i, s := range subs {

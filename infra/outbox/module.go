@@ -9,12 +9,19 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/retention"
+	"github.com/acme/outboxpair/infra/stopbudget"
 )
+
+// StopShare is the relay's share of the stop budget (contract section 5):
+// waiting for its dispatches, then cancelling them and releasing every
+// unsettled claim.
+var StopShare = stopbudget.Share{Name: "relay", Timeout: 8 * time.Second}
 
 // Module provides the relay (also as a Nudger) started and stopped with the app,
 // and registers the retention of processed rows with the cleanup. The app supplies
 // Config, []Subscriber, the Store of its database (NewStore) and *slog.Logger.
-var Module = fx.Module("outbox",
+// Its stop (the relay's, and its gauges') takes at most StopShare.
+var Module = stopbudget.Module(StopShare, fx.Module("outbox",
 	fx.Provide(
 		fx.Annotate(NewRelay, fx.As(fx.Self()), fx.As(new(Nudger))),
 		fx.Annotate(
@@ -38,7 +45,7 @@ var Module = fx.Module("outbox",
 			OnStop:  func(context.Context) error { prometheus.Unregister(c); return nil },
 		})
 	}),
-)
+))
 
 // ProcessedRetention is the retention of processed outbox rows of store: those
 // processed more than keep ago are deleted, in chunks. Pending and failed rows

@@ -24,7 +24,7 @@ func TestRelayConnections(t *testing.T) {
 	t.Run("the relay's connections commit asynchronously and force generic plans, the API's do not", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		r := newRelay(t, db.Pool, testConfig())
+		r := newRelay(t, pg(db.Pool), testConfig())
 		show := func(pool *pgxpool.Pool, setting string) string {
 			var v string
 			require.NoError(t, pool.QueryRow(ctxT(t), `SELECT current_setting($1)`, setting).Scan(&v))
@@ -43,7 +43,7 @@ func TestRelayConnections(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
 		delivered := make(chan struct{}, 1)
-		r := newRelay(t, db.Pool, testConfig(), handle(func(context.Context, outbox.Message) error {
+		r := newRelay(t, pg(db.Pool), testConfig(), handle(func(context.Context, outbox.Message) error {
 			select {
 			case delivered <- struct{}{}:
 			default:
@@ -90,8 +90,8 @@ func TestRelayConnections(t *testing.T) {
 		db := newDB(t)
 		cfg := testConfig()
 		cfg.ClaimSize = 1
-		r := newRelay(t, db.Pool, cfg, handle(func(context.Context, outbox.Message) error { return nil }))
-		appendEvents(t, db.Pool, things(8)...)
+		r := newRelay(t, pg(db.Pool), cfg, handle(func(context.Context, outbox.Message) error { return nil }))
+		appendEvents(t, pg(db.Pool), things(8)...)
 		for range 8 {
 			n, err := r.RunOnce(ctxT(t))
 			require.NoError(t, err)

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
@@ -96,36 +95,32 @@ func TestRelayPropertyEveryAcceptedSetting(t *testing.T) {
 	})
 }
 
-// drawConfig draws the relay's settings as the environment variables an
-// operator would set, passes them through infra/config (which must accept
-// them: they are drawn within its bounds and rules) and builds the relay's
-// Config from the result as serve does.
+// drawConfig draws the relay's settings as an operator would set them (the
+// OUTBOX_* variables) and requires the relay's own rules (Config.Validate,
+// which infra/config applies to them) to accept them: they are drawn within
+// its bounds and rules.
 func drawConfig(rt *rapid.T) outbox.Config {
-	ms := func(name string, lo, hi int) (int, string) {
+	ms := func(name string, lo, hi int) (int, time.Duration) {
 		n := rapid.IntRange(lo, hi).Draw(rt, name+" ms")
-		return n, strconv.Itoa(n) + "ms"
+		return n, time.Duration(n) * time.Millisecond
 	}
-	env := map[string]string{
-		"DATABASE_URL": "postgres://localhost/unused",
-		"EVENTS_TOKEN": "unused",
-	}
+	cfg := outbox.DefaultConfig()
 	// Claims larger than the workers too: a claim takes only the free ones.
-	env["OUTBOX_CLAIM_SIZE"] = strconv.Itoa(rapid.IntRange(1, 40).Draw(rt, "OUTBOX_CLAIM_SIZE"))
-	env["OUTBOX_WORKERS"] = strconv.Itoa(rapid.IntRange(1, 16).Draw(rt, "OUTBOX_WORKERS"))
+	cfg.ClaimSize = rapid.IntRange(1, 40).Draw(rt, "OUTBOX_CLAIM_SIZE")
+	cfg.Workers = rapid.IntRange(1, 16).Draw(rt, "OUTBOX_WORKERS")
 	timeout, v := ms("OUTBOX_HANDLER_TIMEOUT", 20, 200)
-	env["OUTBOX_HANDLER_TIMEOUT"] = v
+	cfg.HandlerTimeout = v
 	// The lease rule: one handler timeout, whatever the claim size.
-	least := max(timeout, int(config.MinLease.Milliseconds()))
-	_, env["OUTBOX_LEASE"] = ms("OUTBOX_LEASE", least, 3*least)
-	_, env["OUTBOX_POLL_INTERVAL"] = ms("OUTBOX_POLL_INTERVAL", 5, 200)
-	env["OUTBOX_NOTIFY"] = strconv.FormatBool(rapid.Bool().Draw(rt, "OUTBOX_NOTIFY"))
-	env["OUTBOX_MAX_ATTEMPTS"] = strconv.Itoa(rapid.IntRange(1, 4).Draw(rt, "OUTBOX_MAX_ATTEMPTS"))
+	least := max(timeout, int(outbox.MinLease.Milliseconds()))
+	_, cfg.Lease = ms("OUTBOX_LEASE", least, 3*least)
+	_, cfg.PollInterval = ms("OUTBOX_POLL_INTERVAL", 5, 200)
+	cfg.Notify = rapid.Bool().Draw(rt, "OUTBOX_NOTIFY")
+	cfg.MaxAttempts = rapid.IntRange(1, 4).Draw(rt, "OUTBOX_MAX_ATTEMPTS")
 	base, v := ms("OUTBOX_RETRY_BASE", 5, 100)
-	env["OUTBOX_RETRY_BASE"] = v
-	_, env["OUTBOX_RETRY_MAX"] = ms("OUTBOX_RETRY_MAX", base, 4*base)
-	c, err := config.LoadLabeling(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
-	require.NoError(rt, err, "drawn within what the configuration accepts: %v", env)
-	return outbox.ConfigFrom(c)
+	cfg.RetryBase = v
+	_, cfg.RetryMax = ms("OUTBOX_RETRY_MAX", base, 4*base)
+	require.NoError(rt, cfg.Validate(), "drawn within what the configuration accepts: %+v", cfg)
+	return cfg
 }
 
 func runPropertyCase(t *testing.T, rt *rapid.T, pool *dbtest.DB) {

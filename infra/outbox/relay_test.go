@@ -28,7 +28,7 @@ func TestNewRelay(t *testing.T) {
 			cfg := testConfig()
 			cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 1, 30*time.Second, 29*time.Second
 			_, err := outbox.NewRelay(storeOf(t, db), cfg, nil, nil)
-			require.ErrorContains(t, err, "handler timeout (30s) exceeds the lease (29s)")
+			require.ErrorContains(t, err, "Lease: 29s is shorter than HandlerTimeout (30s)")
 		})
 
 		// Every row of a claim starts at once, so claim size × timeout may exceed
@@ -45,14 +45,14 @@ func TestNewRelay(t *testing.T) {
 		t.Run("rejects values that are not positive, naming them", func(t *testing.T) {
 			t.Parallel()
 			for name, mutate := range map[string]func(*outbox.Config){
-				"poll interval must be positive, got 0s": func(c *outbox.Config) { c.PollInterval = 0 },
-				"claim size must be positive, got -1":    func(c *outbox.Config) { c.ClaimSize = -1 },
-				"handler timeout must be positive":       func(c *outbox.Config) { c.HandlerTimeout = 0 },
-				"lease must be positive":                 func(c *outbox.Config) { c.Lease = 0 },
-				"max attempts must be positive, got 0":   func(c *outbox.Config) { c.MaxAttempts = 0 },
-				"retry base must be positive":            func(c *outbox.Config) { c.RetryBase = 0 },
-				"processed retention must be positive":   func(c *outbox.Config) { c.ProcessedRetention = 0 },
-				"retry max (1s) is less than retry base (2s)": func(c *outbox.Config) {
+				"PollInterval: 0s must be positive":       func(c *outbox.Config) { c.PollInterval = 0 },
+				"ClaimSize: -1 must be positive":          func(c *outbox.Config) { c.ClaimSize = -1 },
+				"HandlerTimeout: 0s must be positive":     func(c *outbox.Config) { c.HandlerTimeout = 0 },
+				"Lease: 0s must be positive":              func(c *outbox.Config) { c.Lease = 0 },
+				"MaxAttempts: 0 must be positive":         func(c *outbox.Config) { c.MaxAttempts = 0 },
+				"RetryBase: 0s must be positive":          func(c *outbox.Config) { c.RetryBase = 0 },
+				"ProcessedRetention: 0s must be positive": func(c *outbox.Config) { c.ProcessedRetention = 0 },
+				"RetryMax: 1s is less than RetryBase (2s)": func(c *outbox.Config) {
 					c.RetryBase, c.RetryMax = 2*time.Second, time.Second
 				},
 			} {
@@ -517,7 +517,7 @@ func TestRelayRecoversFromDatabaseOutage(t *testing.T) {
 	// A settle cut off by a terminated backend leaves its row leased: keep the
 	// lease short so the row comes back within the test.
 	cfg.PollInterval, cfg.ClaimSize, cfg.HandlerTimeout, cfg.Lease = 10*time.Millisecond, 10, 50*time.Millisecond, 500*time.Millisecond
-	r := newRelay(t, relayPool, cfg, handle(ok))
+	r := newRelay(t, pg(relayPool), cfg, handle(ok))
 	require.NoError(t, r.Start(ctxT(t)))
 
 	// For a while, every backend of the relay's pool is terminated as soon as it
@@ -545,7 +545,7 @@ func TestRelayRecoversFromDatabaseOutage(t *testing.T) {
 	}()
 	const rows = 100
 	for i := range rows {
-		appendEvents(t, db.Pool, thing{N: i})
+		appendEvents(t, pg(db.Pool), thing{N: i})
 		time.Sleep(10 * time.Millisecond) // spread the appends over the outage
 	}
 	close(stopKilling)
@@ -553,7 +553,7 @@ func TestRelayRecoversFromDatabaseOutage(t *testing.T) {
 	require.Positive(t, terminated.Load(), "the outage happened")
 	t.Logf("terminated %d relay backends", terminated.Load())
 
-	require.Eventually(t, func() bool { return count(t, db.Pool, "processed_at IS NOT NULL") == rows },
+	require.Eventually(t, func() bool { return count(t, pg(db.Pool), "processed_at IS NOT NULL") == rows },
 		30*time.Second, 20*time.Millisecond, "the relay recovers without a restart")
 }
 

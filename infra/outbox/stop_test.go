@@ -26,7 +26,7 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	const rows = 6
 	entered := make(chan struct{}, rows)
 	finish := make(chan struct{})
-	r := newRelay(t, pool, cfg, handle(func(ctx context.Context, _ outbox.Message) error {
+	r := newRelay(t, pg(pool), cfg, handle(func(ctx context.Context, _ outbox.Message) error {
 		entered <- struct{}{}
 		select {
 		case <-finish:
@@ -35,7 +35,7 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 			return ctx.Err()
 		}
 	}))
-	ids := appendEvents(t, db.Pool, things(rows)...)
+	ids := appendEvents(t, pg(db.Pool), things(rows)...)
 	require.NoError(t, r.Start(ctxT(t)))
 	for range rows {
 		<-entered
@@ -67,7 +67,7 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	// Left to their lease, never lost: still pending and claimed, and another
 	// relay takes them once the lease has run out.
 	for _, id := range ids {
-		got := getRow(t, db.Pool, id)
+		got := getRow(t, pg(db.Pool), id)
 		require.Nil(t, got.ProcessedAt)
 		require.Nil(t, got.FailedAt)
 		require.NotNil(t, got.ClaimedUntil)
@@ -76,9 +76,9 @@ func TestRelayStopsWithinItsDeadlineWhenTheDatabaseIsUnreachable(t *testing.T) {
 	clk.Add(cfg.Lease + time.Second)
 	later := testConfig()
 	later.Now = clk.Now
-	b := newRelay(t, db.Pool, later, handle(ok))
+	b := newRelay(t, pg(db.Pool), later, handle(ok))
 	claimed, err := b.RunOnce(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, rows, claimed)
-	require.Equal(t, rows, count(t, db.Pool, "processed_at IS NOT NULL AND attempts = 2"))
+	require.Equal(t, rows, count(t, pg(db.Pool), "processed_at IS NOT NULL AND attempts = 2"))
 }

@@ -64,17 +64,16 @@ func TestTwoTablesInOneDatabase(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 		db := sharedDB(t, d)
-		billing := &tableDB{DB: db, table: billingOutbox}
 		labIDs := appendEvents(t, db, things(3)...)
-		billIDs := appendEvents(t, billing, things(2)...)
+		billIDs := appendEventsIn(t, db, billingOutbox, things(2)...)
 
-		lab, bill := storeOf(t, db), storeOf(t, billing)
+		lab, bill := storeOf(t, db), storeOn(t, db, billingOutbox)
 		require.Equal(t, outbox.DefaultTable, lab.Table())
 		require.Equal(t, billingOutbox, bill.Table())
 
 		// A tag of this test alone, so that parallel tests do not move the counters.
 		tag := "TwoTables" + string(d)
-		exec(t, billing, `UPDATE outbox_events SET event_tag = $1`, tag)
+		execIn(t, db, billingOutbox, `UPDATE outbox_events SET event_tag = $1`, tag)
 		before := counterValue(t, "billing_outbox_events_processed_total", tag)
 		var seen atomic.Int32
 		r, err := outbox.NewRelay(bill, testConfig(), []outbox.Subscriber{{Tag: tag, Handle: func(context.Context, outbox.Message) error {
@@ -87,7 +86,7 @@ func TestTwoTablesInOneDatabase(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, n, "billing's rows only")
 		require.EqualValues(t, 2, seen.Load())
-		require.Equal(t, 2, count(t, billing, "processed_at IS NOT NULL"))
+		require.Equal(t, 2, countIn(t, db, billingOutbox, "processed_at IS NOT NULL"))
 		require.Equal(t, 3, count(t, db, "processed_at IS NULL AND attempts = 0"), "labeling's rows untouched")
 		require.Equal(t, before+2, counterValue(t, "billing_outbox_events_processed_total", tag),
 			"billing's relay counts under billing's names")
@@ -109,7 +108,7 @@ func TestTwoTablesInOneDatabase(t *testing.T) {
 		require.Zero(t, n64)
 		_, err = outbox.Delete(ctxT(t), lab, billIDs)
 		require.NoError(t, err)
-		require.Equal(t, 2, count(t, billing, "true"), "labeling's delete names billing's ids in vain")
+		require.Equal(t, 2, countIn(t, db, billingOutbox, "true"), "labeling's delete names billing's ids in vain")
 
 		policy := outbox.ProcessedRetention(bill, time.Millisecond)
 		require.Equal(t, billingOutbox, policy.Name)
@@ -138,7 +137,6 @@ func TestTwoTablesInOneDatabase(t *testing.T) {
 func TestTableNotifyChannel(t *testing.T) {
 	t.Parallel()
 	db := sharedDB(t, sqldb.Postgres)
-	billing := &tableDB{DB: db, table: billingOutbox}
 	conn, err := pgx.Connect(ctxT(t), db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
@@ -146,17 +144,17 @@ func TestTableNotifyChannel(t *testing.T) {
 		_, err := conn.Exec(ctxT(t), "LISTEN "+ch)
 		require.NoError(t, err)
 	}
-	for _, on := range []any{billing, db} {
-		id := appendEvents(t, on, thing{N: 1})[0]
-		exec(t, on, `UPDATE outbox_events SET failed_at = 1 WHERE id = $1`, id)
-		n, err := outbox.RequeueAllFailed(ctxT(t), storeOf(t, on))
+	for _, table := range []string{billingOutbox, outbox.DefaultTable} {
+		id := appendEventsIn(t, db, table, thing{N: 1})[0]
+		execIn(t, db, table, `UPDATE outbox_events SET failed_at = 1 WHERE id = $1`, id)
+		n, err := outbox.RequeueAllFailed(ctxT(t), storeOn(t, db, table))
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
 		note, err := conn.WaitForNotification(ctx)
 		cancel()
 		require.NoError(t, err)
-		require.Equal(t, tableIn(on), note.Channel, "the requeue of %s notifies its own channel", tableIn(on))
+		require.Equal(t, table, note.Channel, "the requeue of %s notifies its own channel", table)
 	}
 }
 

@@ -31,12 +31,12 @@ func TestRelayNotify(t *testing.T) {
 	aCfg.HandlerTimeout, aCfg.Lease = time.Minute, 10*time.Minute
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	a := newRelay(t, db.Pool, aCfg, handle(func(context.Context, outbox.Message) error {
+	a := newRelay(t, pg(db.Pool), aCfg, handle(func(context.Context, outbox.Message) error {
 		once.Do(func() { close(held) })
 		<-release
 		return nil
 	}))
-	appendEvents(t, db.Pool, thing{N: 0})
+	appendEvents(t, pg(db.Pool), thing{N: 0})
 	require.NoError(t, a.Start(ctxT(t)))
 	<-held
 	t.Cleanup(func() { close(release) })
@@ -46,7 +46,7 @@ func TestRelayNotify(t *testing.T) {
 	// Its lease is A's: a claim more than twice B's lease ahead would look like a
 	// clock that ran ahead, and B would take the row A holds.
 	bCfg.PollInterval, bCfg.Notify, bCfg.Lease = time.Hour, true, aCfg.Lease
-	b := newRelay(t, bPool, bCfg, handle(ok))
+	b := newRelay(t, pg(bPool), bCfg, handle(ok))
 	require.NoError(t, b.Start(ctxT(t)))
 	listening := func() bool {
 		var n int
@@ -57,9 +57,9 @@ func TestRelayNotify(t *testing.T) {
 	require.Eventually(t, listening, 10*time.Second, 10*time.Millisecond)
 
 	deliveredByB := func(t *testing.T, n int) {
-		id := appendEvents(t, db.Pool, thing{N: n})[0]
+		id := appendEvents(t, pg(db.Pool), thing{N: n})[0]
 		a.Nudge() // what A's use case does after its commit
-		require.Eventually(t, func() bool { return getRow(t, db.Pool, id).ProcessedAt != nil },
+		require.Eventually(t, func() bool { return getRow(t, pg(db.Pool), id).ProcessedAt != nil },
 			10*time.Second, 10*time.Millisecond, "row %d delivered by the other replica at once", n)
 	}
 
@@ -70,7 +70,7 @@ func TestRelayNotify(t *testing.T) {
 	})
 
 	t.Run("the relay listens again after its connection is cut", func(t *testing.T) {
-		exec(t, db.Pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		exec(t, pg(db.Pool), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE datname = $1 AND application_name = $2 AND query LIKE 'LISTEN%'`, db.Name, appName)
 		require.Eventually(t, listening, 10*time.Second, 10*time.Millisecond)
 		for n := 4; n <= 5; n++ {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
@@ -38,7 +39,7 @@ func TestBounds(t *testing.T) {
 	t.Run("every connection is READ COMMITTED whatever the server's default, and carries the bounds", func(t *testing.T) {
 		t.Parallel()
 		db, ctx := setup(t)
-		pool, err := postgres.OpenBounded(ctx, db.URL, postgres.Bounds{StatementTimeout: 1500 * time.Millisecond, LockTimeout: 250 * time.Millisecond})
+		pool, err := postgres.OpenBounded(ctx, db.URL, sqldb.Bounds{StatementTimeout: 1500 * time.Millisecond, LockTimeout: 250 * time.Millisecond})
 		require.NoError(t, err)
 		defer pool.Close()
 
@@ -57,7 +58,7 @@ func TestBounds(t *testing.T) {
 		db, ctx := setup(t)
 		_, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)`)
 		require.NoError(t, err)
-		pool, err := postgres.OpenBounded(ctx, db.URL, postgres.Bounds{StatementTimeout: 1500 * time.Millisecond, LockTimeout: time.Minute})
+		pool, err := postgres.OpenBounded(ctx, db.URL, sqldb.Bounds{StatementTimeout: 1500 * time.Millisecond, LockTimeout: time.Minute})
 		require.NoError(t, err)
 		defer pool.Close()
 		require.Equal(t, "1500ms", show(t, ctx, pool, "idle_in_transaction_session_timeout"))
@@ -105,7 +106,7 @@ func TestBounds(t *testing.T) {
 		_, err = holder.Exec(ctx, `SELECT 1 FROM t WHERE id = 1 FOR UPDATE`)
 		require.NoError(t, err)
 
-		pool, err := postgres.OpenBounded(ctx, db.URL, postgres.Bounds{StatementTimeout: time.Minute, LockTimeout: 200 * time.Millisecond})
+		pool, err := postgres.OpenBounded(ctx, db.URL, sqldb.Bounds{StatementTimeout: time.Minute, LockTimeout: 200 * time.Millisecond})
 		require.NoError(t, err)
 		defer pool.Close()
 		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -121,7 +122,7 @@ func TestBounds(t *testing.T) {
 	t.Run("a statement over statement_timeout fails as unavailable", func(t *testing.T) {
 		t.Parallel()
 		db, ctx := setup(t)
-		pool, err := postgres.OpenBounded(ctx, db.URL, postgres.Bounds{StatementTimeout: 200 * time.Millisecond})
+		pool, err := postgres.OpenBounded(ctx, db.URL, sqldb.Bounds{StatementTimeout: 200 * time.Millisecond})
 		require.NoError(t, err)
 		defer pool.Close()
 		_, err = pool.Exec(ctx, `SELECT pg_sleep(10)`)

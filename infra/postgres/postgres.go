@@ -21,7 +21,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
-	"github.com/acme/outboxpair/infra/telemetry"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -31,19 +31,6 @@ import (
 // LISTEN), so neither waits for the other's; pgx's own default (4, or the CPU
 // count) is too few for the handlers of a busy service.
 const DefaultMaxConns = 12
-
-// Bounds are the limits every pooled connection starts with (0 leaves the server's
-// setting). A statement or a lock wait over its bound fails with a PostgreSQL error
-// that Unavailable reports, so the caller answers 503 instead of waiting for ever.
-//
-// A bounded pool also ends abandoned transactions: idle_in_transaction_session_timeout
-// is IdleInTransactionTimeout(StatementTimeout), so a transaction whose client
-// went away (a partition cut it between two statements) releases its locks
-// within seconds of the cut, not when TCP finally notices.
-type Bounds struct {
-	StatementTimeout time.Duration // statement_timeout
-	LockTimeout      time.Duration // lock_timeout
-}
 
 // The bounds of the idle-in-transaction timeout. No use case waits on anything
 // but the database between two statements of a transaction, so a gap of a
@@ -70,12 +57,35 @@ const Isolation = "read committed"
 // Open parses url and returns a pool pinned to Isolation. It does not wait for the
 // database: a service may start while its database is still coming up, and /readyz
 // tells when it answers.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return OpenBounded(ctx, url, Bounds{})
+func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error) {
+	return OpenBounded(ctx, url, sqldb.Bounds{}, opts...)
 }
 
-// OpenBounded is Open with b set on every connection.
-func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, error) {
+// Option changes how a pool is opened.
+type Option func(*options)
+
+type options struct{ traced bool }
+
+// Traced makes each statement run under a traced context a child span when
+// on (never a root: the relay's polls make no traces). The caller says so
+// (database.Module from the app's *telemetry.Provider), so no opener reads
+// the global provider; off, no tracer is set and a statement costs nothing
+// more.
+func Traced(on bool) Option { return func(o *options) { o.traced = on } }
+
+// OpenBounded is Open with b set on every connection: statement_timeout and
+// lock_timeout (0 leaves the server's setting). A statement or a lock wait
+// over its bound fails with a PostgreSQL error that Unavailable reports, so
+// the caller answers 503 instead of waiting for ever. A bounded pool also ends
+// abandoned transactions: idle_in_transaction_session_timeout is
+// IdleInTransactionTimeout(b.StatementTimeout), so a transaction whose client
+// went away (a partition cut it between two statements) releases its locks
+// within seconds of the cut, not when TCP finally notices.
+func OpenBounded(ctx context.Context, url string, b sqldb.Bounds, opts ...Option) (*pgxpool.Pool, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -100,10 +110,7 @@ func OpenBounded(ctx context.Context, url string, b Bounds) (*pgxpool.Pool, erro
 	if b.LockTimeout > 0 {
 		params["lock_timeout"] = strconv.FormatInt(b.LockTimeout.Milliseconds(), 10)
 	}
-	if telemetry.Enabled() {
-		// Each statement run under a traced context is a child span (never a
-		// root: the relay's polls make no traces). Without tracing no tracer is
-		// set, so a statement costs nothing more.
+	if o.traced {
 		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithDisableAcquireTracer()) // span named by the statement's first word (the default)
 	}
 	return pgxpool.NewWithConfig(ctx, cfg)

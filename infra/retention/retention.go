@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 )
@@ -28,6 +29,10 @@ type Policy struct {
 // DefaultChunk is the most rows one delete statement removes when Config.Chunk is 0.
 const DefaultChunk = 1000
 
+// DefaultInterval is how often retention runs when Config.Interval is not
+// set otherwise (CLEANUP_INTERVAL's default).
+const DefaultInterval = time.Hour
+
 // Config tunes the cleanup.
 type Config struct {
 	Interval time.Duration // how often retention runs
@@ -36,6 +41,22 @@ type Config struct {
 	Chunk int
 	// Now is the cleanup's clock (nil means time.Now).
 	Now func() time.Time
+}
+
+// Validate reports a negative Interval or Chunk as "Field: what is wrong":
+// Check with the fields' own names.
+func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c Config) Check(name func(field string) string) error {
+	switch {
+	case c.Interval < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("Interval"), c.Interval)
+	case c.Chunk < 0:
+		return fmt.Errorf("%s: %d must not be negative", name("Chunk"), c.Chunk)
+	}
+	return nil
 }
 
 var (
@@ -203,11 +224,14 @@ func (c *Cleanup) apply(ctx context.Context, p Policy) (int64, error) {
 	}
 }
 
+// StopShare is the cleanup's share of the stop budget (contract section 5).
+var StopShare = stopbudget.Share{Name: "retention", Timeout: 2 * time.Second}
+
 // Module provides the cleanup of every Policy in the "retention" group, started
-// and stopped with the app.
-var Module = fx.Module("retention",
+// and stopped with the app; its stop takes at most StopShare.
+var Module = stopbudget.Module(StopShare, fx.Module("retention",
 	fx.Provide(func(p Params) *Cleanup { return New(p.Config, p.Policies, p.Logger) }),
 	fx.Invoke(func(lc fx.Lifecycle, c *Cleanup) {
 		lc.Append(fx.Hook{OnStart: c.Start, OnStop: c.Stop})
 	}),
-)
+))

@@ -15,41 +15,16 @@ import (
 	"go.uber.org/dig"
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 )
 
-// The shares of the stop budget. The HTTP server's share is its DrainTimeout (the
-// request timeout plus a little); each background component gets its own share,
-// so a relay whose subscriber hangs cannot starve the HTTP drain and vice versa.
-const (
-	// RelayStopTimeout bounds the outbox relay's Stop: waiting for its dispatches,
-	// then cancelling them and releasing every unsettled claim.
-	RelayStopTimeout = 8 * time.Second
-	// CleanupStopTimeout bounds the retention loop's Stop.
-	CleanupStopTimeout = 2 * time.Second
-	// closeReserve is for what stops last: closing the pool once every user of
-	// it has stopped, then flushing the spans.
-	closeReserve = 2 * time.Second
-	// TelemetryStopTimeout bounds the flush of buffered spans, which stops last:
-	// taken from closeReserve, so the whole budget does not grow.
-	TelemetryStopTimeout = time.Second
-	// PoolStopTimeout bounds closing the database pool: the rest of
-	// closeReserve. A pool whose connections a partition holds may not finish
-	// closing (each one waits to say goodbye); it is left to the process exit,
-	// and the server ends those sessions (idle_in_transaction_session_timeout,
-	// infra/postgres), so nothing is lost by not waiting.
-	PoolStopTimeout = closeReserve - TelemetryStopTimeout
-)
-
-// withinSlack is how much sooner than its share's end a stop's context ends
-// (at most; a tenth of a short share).
-const withinSlack = 100 * time.Millisecond
-
 // StopGrace is what an orchestrator gives a process between SIGTERM and SIGKILL
 // by default (Kubernetes' terminationGracePeriodSeconds; docker-compose.yml's
-// stop_grace_period): the stop budget, StopTimeout, stays under it for every
-// HTTP_REQUEST_TIMEOUT the configuration accepts (config.MaxRequestTimeout).
+// stop_grace_period): the stop budget, the sum of the declared shares, stays
+// under it for every HTTP_REQUEST_TIMEOUT the configuration accepts
+// (web.MaxRequestTimeout); cmd's tests hold each service to it.
 const StopGrace = 30 * time.Second
 
 // StartTimeout bounds start-up, including waiting for another replica's migrations.
@@ -62,34 +37,19 @@ func Logger(service string) *slog.Logger {
 	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stdout, nil))).With("service", service)
 }
 
-// StopTimeout is the whole stop budget of an app whose server drains within
-// drain: the sum of every share, so each component gets its full share. Run
-// returns by it whatever the components or the database do: a step that
-// overruns its share only shortens the later ones, and the stop then fails.
-func StopTimeout(drain time.Duration) time.Duration {
-	return drain + RelayStopTimeout + CleanupStopTimeout + closeReserve
-}
-
 // Run starts an fx app built from opts, waits for SIGINT or SIGTERM, and stops it.
 // The app must provide a *web.Server (web.Module); Run puts it in the lifecycle
 // last, so it starts once everything it serves has started, and on SIGTERM it is
 // the first to stop: new connections are refused and /readyz answers 503 at once,
-// the requests in flight are answered within the server's DrainTimeout, and only
-// then do the background components stop (each within the share StopWithin gave
-// it) and the pool close. It returns an error when the app fails to build, start
-// or stop cleanly.
+// the requests in flight are answered within the server's share (its
+// DrainTimeout), and only then do the background components stop, each within
+// the share it declared (infra/stopbudget), and the pool close. The whole stop
+// is bounded by the sum of the declared shares, computed, so each step gets its
+// full share. It returns an error when the app fails to build, start or stop
+// cleanly.
 func Run(opts ...fx.Option) error {
-	var server *web.Server
-	app := fx.New(append(opts,
-		// A root-level Invoke runs after every module's, so this hook is appended
-		// last: fx stops hooks in reverse order.
-		fx.Invoke(func(lc fx.Lifecycle, s *web.Server) {
-			server = s
-			lc.Append(fx.Hook{OnStart: s.Start, OnStop: Within(s.DrainTimeout(), s.Stop)})
-		}),
-		fx.NopLogger,
-		fx.StartTimeout(StartTimeout),
-	)...)
+	var shares []stopbudget.Share
+	app := fx.New(append(Options(&shares, opts...), fx.NopLogger, fx.StartTimeout(StartTimeout))...)
 	if err := app.Err(); err != nil {
 		// Only the error a constructor returned: fx and dig wrap it in the
 		// chain of types that led to it (hundreds of characters of internal
@@ -103,63 +63,37 @@ func Run(opts ...fx.Option) error {
 		return err
 	}
 	<-app.Wait()
-	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout(server.DrainTimeout()))
+	stopCtx, cancel := context.WithTimeout(context.Background(), stopbudget.Total(shares))
 	defer cancel()
 	return app.Stop(stopCtx)
 }
 
-// Within returns stop bounded by d: its context ends d after the call (or when the
-// caller's ends, if sooner), and it returns then even if stop has not: a
-// component that overruns its share (blocked on an unreachable database, say)
-// is left to finish in the background until the exit, with an error naming the
-// share, so the steps after it still get theirs.
-func Within(d time.Duration, stop func(context.Context) error) func(context.Context) error {
-	if stop == nil {
-		return nil
-	}
-	return func(ctx context.Context) error {
-		hard, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		// stop's own deadline comes a moment before the share ends, so a stop
-		// that honours it returns its own answer (nil after a clean give-up)
-		// rather than being cut off.
-		deadline, _ := hard.Deadline()
-		soft, cancelSoft := context.WithDeadline(hard, deadline.Add(-min(d/10, withinSlack)))
-		defer cancelSoft()
-		done := make(chan error, 1)
-		go func() { done <- stop(soft) }()
-		select {
-		case err := <-done:
-			return err
-		case <-hard.Done():
-			select {
-			case err := <-done: // returned at the deadline: its own answer counts
-				return err
-			default:
-			}
-			return fmt.Errorf("did not stop within its share of the stop budget (%s): %w", d, hard.Err())
-		}
-	}
-}
-
-// StopWithin groups opts in a module named name in which every lifecycle hook's
-// OnStop is bounded by d (Within): a component's own share of the stop budget,
-// given without changing the component.
-func StopWithin(name string, d time.Duration, opts ...fx.Option) fx.Option {
-	return fx.Module(name,
-		fx.Decorate(func(lc fx.Lifecycle) fx.Lifecycle { return boundedLifecycle{lc: lc, d: d} }),
-		fx.Options(opts...),
+// Options is the app Run runs: opts, then the server's hook (appended last, so
+// it stops first, bounded by the server's share, web.StopStep), and the
+// shares every component declared, which *shares receives when the app is
+// built. A test builds it (fx.New, nothing started) to see the shares and,
+// with stopbudget.Audit, any component that stops without one.
+func Options(shares *[]stopbudget.Share, opts ...fx.Option) []fx.Option {
+	return append(opts,
+		// A root-level Invoke runs after every module's, so this hook is appended
+		// last: fx stops hooks in reverse order.
+		fx.Invoke(fx.Annotate(
+			func(lc fx.Lifecycle, s *web.Server, step *stopbudget.Step) {
+				lc.Append(fx.Hook{OnStart: s.Start, OnStop: step.Bound(s.Stop)})
+			},
+			fx.ParamTags(``, ``, stopbudget.StepTag(web.StopStep)),
+		)),
+		fx.Invoke(fx.Annotate(
+			func(declared []stopbudget.Share) { *shares = declared },
+			fx.ParamTags(stopbudget.Group),
+		)),
 	)
 }
 
-type boundedLifecycle struct {
-	lc fx.Lifecycle
-	d  time.Duration
-}
-
-func (b boundedLifecycle) Append(h fx.Hook) {
-	h.OnStop = Within(b.d, h.OnStop)
-	b.lc.Append(h)
+// Within is stopbudget.Within: stop bounded by d, returning at d whatever stop
+// does.
+func Within(d time.Duration, stop func(context.Context) error) func(context.Context) error {
+	return stopbudget.Within(d, stop)
 }
 
 // Healthcheck asks the server listening on addr (an HTTP_ADDR value) for /readyz

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -56,7 +57,7 @@ func TestWALShrinksOnceReadersLeave(t *testing.T) {
 	t.Run("a WAL grown under a long reader is truncated to zero after the reader leaves, with no further write", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "labeling.db")
-		db, err := sqlite.OpenEvery(t.Context(), "sqlite:"+path, sqlite.Bounds{LockTimeout: 5 * time.Second}, 200*time.Millisecond)
+		db, err := sqlite.OpenEvery(t.Context(), "sqlite:"+path, sqldb.Bounds{LockTimeout: 5 * time.Second}, 200*time.Millisecond)
 		require.NoError(t, err)
 		defer db.Close()
 		require.NoError(t, sqlite.Migrate(t.Context(), db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil))
@@ -80,7 +81,7 @@ func TestWALShrinksOnceReadersLeave(t *testing.T) {
 	t.Run("a checkpoint under a reader returns at once instead of holding the writer for the busy timeout", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "labeling.db")
-		db, err := sqlite.OpenEvery(t.Context(), "sqlite:"+path, sqlite.Bounds{LockTimeout: 10 * time.Second}, time.Hour)
+		db, err := sqlite.OpenEvery(t.Context(), "sqlite:"+path, sqldb.Bounds{LockTimeout: 10 * time.Second}, time.Hour)
 		require.NoError(t, err)
 		defer db.Close()
 		require.NoError(t, sqlite.Migrate(t.Context(), db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil))
@@ -101,7 +102,7 @@ func TestWALShrinksOnceReadersLeave(t *testing.T) {
 	t.Run("close stops the loop", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "labeling.db")
-		db, err := sqlite.OpenEvery(context.Background(), "sqlite:"+path, sqlite.Bounds{}, 10*time.Millisecond)
+		db, err := sqlite.OpenEvery(context.Background(), "sqlite:"+path, sqldb.Bounds{}, 10*time.Millisecond)
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond)
 		done := make(chan error, 1)

@@ -36,24 +36,13 @@ import (
 // readConns is the most read connections a process keeps open.
 const readConns = 4
 
-// Bounds are the limits of the process's statements (0: none).
-type Bounds struct {
-	// StatementTimeout bounds a transaction (and a statement outside one):
-	// past it the running statement is interrupted and the transaction rolled
-	// back.
-	StatementTimeout time.Duration
-	// LockTimeout is the busy timeout: how long a write waits for another
-	// process's writer before it fails as unavailable.
-	LockTimeout time.Duration
-}
-
 // walLimit is the journal_size_limit (bytes): the most a checkpointed WAL keeps.
 const walLimit = 64 << 20
 
 // checkpointEvery is how often the checkpoint loop tries to empty the WAL.
 const checkpointEvery = 30 * time.Second
 
-// defaultBusy is the busy timeout when Bounds.LockTimeout is 0.
+// defaultBusy is the busy timeout when sqldb.Bounds.LockTimeout is 0.
 const defaultBusy = 5 * time.Second
 
 // DB is a SQLite database opened for one process: one writer connection and a
@@ -64,7 +53,7 @@ type DB struct {
 	Created bool
 	Write   *sql.DB // one connection; every transaction on it is BEGIN IMMEDIATE
 	Read    *sql.DB // read-only connections
-	bounds  Bounds
+	bounds  sqldb.Bounds
 	busy    time.Duration
 	// stop ends the checkpoint loop; done is closed when it has returned.
 	stop context.CancelFunc
@@ -177,11 +166,11 @@ func DSN(path string, busy time.Duration, immediate, readOnly bool) string {
 // sqlite:PATH URL. It does not touch the schema: Migrate does. A folder it
 // creates is 0700 and the file 0600, whatever the umask: SQLite gives the -wal
 // and -shm files the database file's mode, and the migrate lock is 0600 too.
-func Open(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
+func Open(ctx context.Context, dbURL string, b sqldb.Bounds) (*DB, error) {
 	return open(ctx, dbURL, b, checkpointEvery)
 }
 
-func open(ctx context.Context, dbURL string, b Bounds, every time.Duration) (*DB, error) {
+func open(ctx context.Context, dbURL string, b sqldb.Bounds, every time.Duration) (*DB, error) {
 	path, err := sqldb.SQLitePath(dbURL)
 	if err != nil {
 		return nil, err
@@ -315,7 +304,7 @@ func create(path string) (bool, error) {
 // OpenExisting is Open for a command that must not create a database (the
 // dead-letter listings, requeues and deletes): a missing file is an error
 // naming its absolute path, and nothing is created.
-func OpenExisting(ctx context.Context, dbURL string, b Bounds) (*DB, error) {
+func OpenExisting(ctx context.Context, dbURL string, b sqldb.Bounds) (*DB, error) {
 	path, err := sqldb.SQLitePath(dbURL)
 	if err != nil {
 		return nil, err

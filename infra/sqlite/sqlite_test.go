@@ -23,7 +23,7 @@ func TestOpen(t *testing.T) {
 	t.Run("creates the file and its folders, in WAL with synchronous FULL and foreign keys, on every connection", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "a", "b", "labeling.db")
-		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{LockTimeout: 1500 * time.Millisecond})
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqldb.Bounds{LockTimeout: 1500 * time.Millisecond})
 		require.NoError(t, err)
 		defer db.Close()
 		_, err = os.Stat(path)
@@ -64,7 +64,7 @@ func TestOpen(t *testing.T) {
 	t.Run("ping fails when the file cannot be written", func(t *testing.T) {
 		t.Parallel()
 		dir := filepath.Join(t.TempDir(), "gone")
-		db, err := sqlite.Open(t.Context(), "sqlite:"+filepath.Join(dir, "x.db"), sqlite.Bounds{})
+		db, err := sqlite.Open(t.Context(), "sqlite:"+filepath.Join(dir, "x.db"), sqldb.Bounds{})
 		require.NoError(t, err)
 		defer db.Close()
 		require.NoError(t, db.Ping(t.Context()))
@@ -77,7 +77,7 @@ func TestOpen(t *testing.T) {
 
 func TestStatementTimeout(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "t.db"), sqlite.Bounds{StatementTimeout: 100 * time.Millisecond})
+	db, err := sqlite.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "t.db"), sqldb.Bounds{StatementTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	defer db.Close()
 	start := time.Now()
@@ -108,7 +108,7 @@ func TestMigrateReplicas(t *testing.T) {
 		wg.Go(func() {
 			// With DB_LOCK_TIMEOUT's default, as replicas run: with no busy timeout
 			// at all, opening a new file beside five others fails at once (BUSY).
-			db, err := sqlite.Open(context.Background(), "sqlite:"+path, sqlite.Bounds{LockTimeout: 2 * time.Second})
+			db, err := sqlite.Open(context.Background(), "sqlite:"+path, sqldb.Bounds{LockTimeout: 2 * time.Second})
 			if err != nil {
 				errs[i] = err
 				return
@@ -121,7 +121,7 @@ func TestMigrateReplicas(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "replica %d", i)
 	}
-	db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+	db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqldb.Bounds{})
 	require.NoError(t, err)
 	defer db.Close()
 	var applied, distinct int
@@ -140,7 +140,7 @@ func TestFileModes(t *testing.T) {
 	t.Run("a created folder is 0700 and the database, -wal, -shm and migrate lock files 0600 under umask 0", func(t *testing.T) {
 		root := t.TempDir()
 		path := filepath.Join(root, "a", "b", "labeling.db")
-		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqldb.Bounds{})
 		require.NoError(t, err)
 		defer db.Close()
 		require.True(t, db.Created)
@@ -163,11 +163,11 @@ func TestFileModes(t *testing.T) {
 
 	t.Run("an existing file is opened as it is, not created", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "x.db")
-		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqldb.Bounds{})
 		require.NoError(t, err)
 		require.True(t, db.Created)
 		require.NoError(t, db.Close())
-		db, err = sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		db, err = sqlite.Open(t.Context(), "sqlite:"+path, sqldb.Bounds{})
 		require.NoError(t, err)
 		defer db.Close()
 		require.False(t, db.Created)
@@ -179,7 +179,7 @@ func TestPingNeedsADurableWrite(t *testing.T) {
 	t.Run("ping fails, as unavailable, when the WAL cannot be written (chattr +i: chmod does not stop root)", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "x.db")
-		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqlite.Bounds{})
+		db, err := sqlite.Open(t.Context(), "sqlite:"+path, sqldb.Bounds{})
 		require.NoError(t, err)
 		defer db.Close()
 		require.NoError(t, db.Ping(t.Context()))

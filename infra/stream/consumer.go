@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/acme/outboxpair/infra/stopbudget"
 )
 
 // Message is one delivery of a stream message to a consumer's handler.
@@ -66,9 +68,38 @@ type ConsumerConfig struct {
 	GaugeEvery time.Duration
 }
 
+// ConsumerStopShare is a consumer's share of the stop budget (contract
+// section 5: billing's NATS consumer, 8s): waiting for the handlers of the
+// messages in flight, then closing. The app that runs a Consumer declares it
+// (stopbudget.Module) around the hook that stops it.
+var ConsumerStopShare = stopbudget.Share{Name: "nats-consumer", Timeout: 8 * time.Second}
+
+// DefaultAckWait is AckWait when zero (NATS_ACK_WAIT's default);
+// MaxAckWait the longest Validate accepts.
+const (
+	DefaultAckWait = 30 * time.Second
+	MaxAckWait     = 24 * time.Hour
+)
+
+// Validate reports an AckWait out of its range as "AckWait: what is wrong":
+// Check with the fields' own names.
+func (c ConsumerConfig) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c ConsumerConfig) Check(name func(field string) string) error {
+	switch {
+	case c.AckWait < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("AckWait"), c.AckWait)
+	case c.AckWait > MaxAckWait:
+		return fmt.Errorf("%s: %s is more than the maximum of %s", name("AckWait"), c.AckWait, MaxAckWait)
+	}
+	return nil
+}
+
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = DefaultAckWait
 	}
 	if c.NakBase <= 0 {
 		c.NakBase = 250 * time.Millisecond

@@ -36,6 +36,42 @@ type PublisherConfig struct {
 	// CheckEvery is how often the stream and the consumers are checked again
 	// (a deleted durable is recreated); 30s when zero.
 	CheckEvery time.Duration
+	// Retention is how long the outbox keeps a published row
+	// (OUTBOX_PROCESSED_RETENTION), which DuplicateWindow must not exceed: a
+	// republish after the row is gone is not one; 0 leaves it unchecked.
+	Retention time.Duration
+}
+
+// The publisher's defaults (NATS_REPLICAS, NATS_DUPLICATE_WINDOW) and
+// JetStream's most replicas.
+const (
+	DefaultReplicas = 1
+	MaxReplicas     = 5
+	// DefaultDuplicateWindow is longer than the lease (5m) plus the longest
+	// retry delay (15m) plus a handler timeout (30s) of the relay's defaults,
+	// the longest a row can wait before it is published again after a publish
+	// whose ack was lost or whose settle never happened.
+	DefaultDuplicateWindow = 30 * time.Minute
+)
+
+// Validate reports the first setting of c out of its range as "Field: what
+// is wrong": Check with the fields' own names.
+func (c PublisherConfig) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's): Replicas at most JetStream's
+// MaxReplicas, DuplicateWindow within Retention when that is set.
+func (c PublisherConfig) Check(name func(field string) string) error {
+	switch {
+	case c.Replicas > MaxReplicas:
+		return fmt.Errorf("%s: %d is more than JetStream's %d", name("Replicas"), c.Replicas, MaxReplicas)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("DuplicateWindow"), c.DuplicateWindow)
+	case c.Retention > 0 && c.DuplicateWindow > c.Retention:
+		return fmt.Errorf("%s: %s is longer than %s (%s), which is how long a published row is kept",
+			name("DuplicateWindow"), c.DuplicateWindow, name("Retention"), c.Retention)
+	}
+	return nil
 }
 
 // StreamConfig is the stream Labeling creates or updates at start. Interest
@@ -100,13 +136,17 @@ var ErrRetention = errors.New("stream " + Name + " exists without interest reten
 	"wait until every consumer has nothing pending (nats consumer info " + Name + " billing), " +
 	"then delete the stream (nats stream rm " + Name + "); labeling recreates it with interest retention")
 
-// NewPublisher returns a publisher for cfg; it does not connect until Start.
+// NewPublisher returns a publisher for cfg (Replicas 0 is DefaultReplicas);
+// it refuses a cfg that Validate refuses, and does not connect until Start.
 func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("NATS_URL: required with EVENTS_TRANSPORT=nats")
 	}
 	if cfg.Replicas <= 0 {
-		cfg.Replicas = 1
+		cfg.Replicas = DefaultReplicas
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
 	}
 	if cfg.DuplicateWindow <= 0 {
 		return nil, errors.New("NATS_DUPLICATE_WINDOW: must be positive")

@@ -80,7 +80,7 @@ func BenchmarkRequest(b *testing.B) {
 		b.Run(map[bool]string{false: "tracing off", true: "tracing on"}[on], func(b *testing.B) {
 			tracing(b, on)
 			logger := slog.New(telemetry.LogHandler(slog.NewJSONHandler(io.Discard, nil)))
-			e := web.New(logger, nil)
+			e := web.New(logger, nil, web.Traced(on))
 			e.POST("/v1/orgs/:orgId/things", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 			req := httptest.NewRequest(http.MethodPost, "/v1/orgs/0197a3c2-6a1e-7c3b-9f1d-2b4e5a6c7d8e/things", nil)
 			req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")

@@ -114,7 +114,7 @@ func setup(t *testing.T, natsURL string) traced {
 	if natsURL == "" {
 		h, err := billing.NewHandler(svc, billing.Config{EventsToken: token, ReceiptsRetention: time.Hour})
 		require.NoError(t, err)
-		e := web.New(logger, p.bil.Pool)
+		e := web.New(logger, p.bil.Pool, web.Traced(telemetry.Enabled()))
 		h.Register(e, auth.Disabled())
 		srv := httptest.NewServer(e)
 		t.Cleanup(srv.Close)
@@ -145,7 +145,7 @@ func setup(t *testing.T, natsURL string) traced {
 		require.NoError(t, relay.Stop(ctx))
 	})
 	p.rules = labeling.NewService(postgres.NewDB(p.lab.Pool), relay)
-	e := web.New(logger, p.lab.Pool)
+	e := web.New(logger, p.lab.Pool, web.Traced(telemetry.Enabled()))
 	labeling.NewHandler(p.rules).Register(e, auth.Disabled())
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)

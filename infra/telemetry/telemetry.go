@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
@@ -30,6 +31,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/fx"
+
+	"github.com/acme/outboxpair/infra/stopbudget"
 )
 
 // Propagator is the one propagator every hop uses, whatever the global one is:
@@ -132,22 +135,36 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Module starts tracing with the app (the app supplies Config and *slog.Logger)
-// and flushes it on stop. Put it first among the modules: fx stops in reverse,
-// so the spans of everything else are ended before the flush.
-var Module = fx.Module("telemetry",
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) error {
+// On reports whether p exports spans (Start installed an SDK provider). The
+// constructors that instrument (web.Module's echo, database.Module's pool)
+// take the *Provider and ask it, rather than the global provider, so they
+// need not be built after Start in registration order: fx builds them after
+// it because they depend on it.
+func (p *Provider) On() bool { return p != nil && p.tp != nil }
+
+// StopShare is the flush's share of the stop budget (contract section 5):
+// it stops last.
+var StopShare = stopbudget.Share{Name: "telemetry", Timeout: time.Second}
+
+// Module starts tracing with the app (the app supplies Config and *slog.Logger),
+// provides the *Provider, and flushes it on stop, within StopShare. Put it
+// first among the modules: fx stops in reverse, so the spans of everything
+// else are ended before the flush.
+var Module = stopbudget.Module(StopShare, fx.Module("telemetry",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (*Provider, error) {
 		p, err := Start(context.Background(), cfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if p.tp != nil {
 			logger.Info("tracing on: exporting OTLP over HTTP")
 		}
 		lc.Append(fx.Hook{OnStop: p.Shutdown})
-		return nil
+		return p, nil
 	}),
-)
+	// Started here, first, whoever asks for it: its flush is the last stop.
+	fx.Invoke(func(*Provider) {}),
+))
 
 // Middleware traces every request but /healthz, /readyz and /metrics as a server
 // span named by its route template, continuing the caller's traceparent. With

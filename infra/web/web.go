@@ -33,21 +33,52 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/telemetry"
 )
 
 // MaxBody is the largest request body DecodeJSON reads; more is a 413.
 const MaxBody = 64 << 10
 
-// Module provides the echo instance and the server that runs it. It does not put
-// the server in the lifecycle: service.Run does, last, so that the server starts
-// after everything it serves and stops first.
+// StopStep names the server's share of the stop budget: its DrainTimeout,
+// declared by Module. service.Run bounds the server's stop by it; the
+// authentication's key refresh (infra/auth) stops within what the drain left.
+const StopStep = "http"
+
+// Module provides the echo instance (traced when the app's *telemetry.Provider
+// is on) and the server that runs it, and declares the server's share of the
+// stop budget (StopStep, its DrainTimeout). It does not put the server in the
+// lifecycle: service.Run does, last, so that the server starts after
+// everything it serves and stops first.
 var Module = fx.Module("web",
-	fx.Provide(New, NewServer),
+	fx.Provide(
+		func(logger *slog.Logger, db Pinger, tp *telemetry.Provider) *echo.Echo {
+			return New(logger, db, Traced(tp.On()))
+		},
+		NewServer,
+	),
+	stopbudget.Declare(StopStep, (*Server).DrainTimeout),
 )
 
-// DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0.
+// Option changes what New builds.
+type Option func(*options)
+
+type options struct{ traced bool }
+
+// Traced makes New trace every request (telemetry.Middleware) when on: the
+// app passes its *telemetry.Provider's On, so nothing reads the global
+// provider at construction. Off, or without it, a request costs nothing more.
+func Traced(on bool) Option { return func(o *options) { o.traced = on } }
+
+// DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0
+// (HTTP_REQUEST_TIMEOUT's default).
 const DefaultRequestTimeout = 8 * time.Second
+
+// MaxRequestTimeout is the longest RequestTimeout Validate accepts: it keeps
+// the stop budget under an orchestrator's 30 s (service.StopGrace), since the
+// drain's share is the request timeout plus 2 s and the other shares take
+// 12 s, so 15 s makes a 29 s stop.
+const MaxRequestTimeout = 15 * time.Second
 
 // drainSlack is what a drain allows beyond the request timeout: writing the answer
 // of a request that used all of its time.
@@ -60,6 +91,23 @@ type Config struct {
 	// DefaultRequestTimeout): a request waiting on a lock or a slow database ends
 	// with a 503 instead of holding its connection for ever.
 	RequestTimeout time.Duration
+}
+
+// Validate reports a RequestTimeout out of its range (negative, or over
+// MaxRequestTimeout) as "RequestTimeout: what is wrong": Check with the
+// fields' own names.
+func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c Config) Check(name func(field string) string) error {
+	switch {
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("%s: %s must not be negative", name("RequestTimeout"), c.RequestTimeout)
+	case c.RequestTimeout > MaxRequestTimeout:
+		return fmt.Errorf("%s: %s is more than the maximum of %s", name("RequestTimeout"), c.RequestTimeout, MaxRequestTimeout)
+	}
+	return nil
 }
 
 // Pinger answers whether the database is reachable; *pgxpool.Pool fits.
@@ -131,16 +179,20 @@ func Clip(s string, n int) string {
 }
 
 // New returns an echo instance with the error handler, request metrics and
-// logging, and /healthz, /readyz (a ping of db) and /metrics.
-func New(logger *slog.Logger, db Pinger) *echo.Echo {
+// logging, and /healthz, /readyz (a ping of db) and /metrics; traced when
+// opts say so (Traced).
+func New(logger *slog.Logger, db Pinger, opts ...Option) *echo.Echo {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = ErrorHandler(logger)
 	// Outside the request log, so that its line and the error handler's are
-	// written inside the request's span. Only with tracing on (telemetry.Start
-	// runs before New: its module comes first), so with it off a request
-	// costs nothing more, not even a closure.
-	if telemetry.Enabled() {
+	// written inside the request's span. Only with tracing on (Traced), so
+	// with it off a request costs nothing more, not even a closure.
+	if o.traced {
 		e.Use(telemetry.Middleware())
 	}
 	e.Use(observe(logger))

@@ -68,7 +68,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error)
 	if err != nil {
 		return nil, fmt.Errorf("PROVIDER_SECRET: %w", err)
 	}
-	db, err := sqlite.Open(ctx, "sqlite:"+cfg.DB, sqlite.Bounds{StatementTimeout: 5 * time.Second, LockTimeout: 5 * time.Second})
+	db, err := sqlite.Open(ctx, "sqlite:"+cfg.DB, sqldb.Bounds{StatementTimeout: 5 * time.Second, LockTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("PROVIDER_DB: %w", err)
 	}

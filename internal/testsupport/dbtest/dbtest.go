@@ -75,7 +75,7 @@ func New(t testing.TB, d sqldb.Dialect, set migrations.Set) *DB {
 // bounds that keep a busy test from failing at once; closed when t ends.
 func OpenSQLite(t testing.TB, url string) *DB {
 	t.Helper()
-	db, err := sqlite.Open(context.Background(), url, sqlite.Bounds{StatementTimeout: 10 * time.Second, LockTimeout: 5 * time.Second})
+	db, err := sqlite.Open(context.Background(), url, sqldb.Bounds{StatementTimeout: 10 * time.Second, LockTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	return &DB{DB: db, URL: url, SQLite: db}

@@ -35,6 +35,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -100,7 +101,7 @@ func create(ctx context.Context, t testing.TB, admin, tmpl string) *DB {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
 	dbURL := withDatabase(admin, name)
-	pool, err := postgres.Open(ctx, dbURL)
+	pool, err := postgres.Open(ctx, dbURL, postgres.Traced(telemetry.Enabled()))
 	if err != nil {
 		t.Fatalf("pgtest: open %s: %v", name, err)
 	}
