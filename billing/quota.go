@@ -13,6 +13,7 @@ import (
 	"errors"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/inbox"
@@ -41,6 +42,11 @@ type Quota struct {
 type Effect struct {
 	OrgID uuid.UUID
 	Delta int64
+}
+
+// Attributes names the org on the span of the event's apply (inbox.Attributer).
+func (e Effect) Attributes() []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("billing.org_id", e.OrgID.String())}
 }
 
 // Event is a delivered event whose type has a handler, checked by it and

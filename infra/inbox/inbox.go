@@ -85,6 +85,12 @@ type Event[V any] struct {
 	Value      V         // the handler's decoding of the payload
 }
 
+// Attributer is a Value that names itself on the span of its apply (billing:
+// the org), beside the event id.
+type Attributer interface {
+	Attributes() []attribute.KeyValue
+}
+
 // Handler is a consumer's handling of one event type; Handle builds it.
 type Handler[V any] struct {
 	typ    string
@@ -384,8 +390,11 @@ func (ib *Inbox[V]) Apply(ctx context.Context, e Event[V]) (applied bool, err er
 	}
 	if telemetry.Enabled() {
 		var span trace.Span
-		ctx, span = telemetry.Tracer(tracerName).Start(ctx, ib.c.Name+" apply "+e.Type,
-			trace.WithAttributes(attribute.String("messaging.message.id", e.ID.String())))
+		attrs := []attribute.KeyValue{attribute.String("messaging.message.id", e.ID.String())}
+		if a, ok := any(e.Value).(Attributer); ok {
+			attrs = append(attrs, a.Attributes()...)
+		}
+		ctx, span = telemetry.Tracer(tracerName).Start(ctx, ib.c.Name+" apply "+e.Type, trace.WithAttributes(attrs...))
 		defer func() {
 			span.SetAttributes(attribute.Bool(ib.c.Name+".applied", applied))
 			if err != nil {

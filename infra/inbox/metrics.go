@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,7 @@ func metricsOf(name, natsFailed string) *metrics {
 		}),
 		groupSizes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    name + "_apply_group_size",
-			Help:    "Events per apply transaction: deliveries that arrived while a transaction was in flight are applied together in the next (GroupMax bounds it: BILLING_APPLY_GROUP_MAX for billing).",
+			Help:    "Events per apply transaction: deliveries that arrived while a transaction was in flight are applied together in the next (" + strings.ToUpper(name) + "_APPLY_GROUP_MAX bounds it).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 to 1024
 		}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
