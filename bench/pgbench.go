@@ -15,7 +15,8 @@ import (
 // floor any Go program on this machine competes with. Each line is one
 // statement, run with -M prepared (parameters, as pgx sends them).
 
-// consumerScript is billing's consumer transaction (billing/store.go applySQL):
+// consumerScript is billing's consumer transaction (infra/inbox's applySQL with
+// billing's effect, billing/effect.go):
 // one statement that inserts the receipt and, only for a new receipt, upserts
 // the quota, committed on its own, as a lone delivery is applied (a group puts
 // more events in the same arrays). Every receipt is new, as in a drain.

@@ -99,7 +99,7 @@ func consumerOf(bil *billingDB) consumeFunc {
 	}
 	svc := billing.NewService(bil.port, quiet())
 	return func(ctx context.Context, id, org uuid.UUID) error {
-		_, err := svc.Apply(ctx, billing.Event{ID: id, Type: billing.RuleActivated, OccurredAt: time.Now().UnixMilli(), OrgID: org, Delta: 1}) // RuleActivated's effect
+		_, err := svc.Apply(ctx, billing.Event{ID: id, Type: billing.RuleActivated, OccurredAt: time.Now().UnixMilli(), Value: billing.Effect{OrgID: org, Delta: 1}}) // RuleActivated's effect
 		return err
 	}
 }

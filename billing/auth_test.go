@@ -26,7 +26,7 @@ func (b *bundle) quotaAs(t testing.TB, authorization, org string) *httptest.Resp
 func TestQuotaAuthentication(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
-		b := setupOn(t, d)
+		b := setup(t, freshDB(t, d))
 		org := uuid.New()
 		require.Equal(t, http.StatusNoContent, b.deliver(t, newEvent("RuleActivated", org).body()).Code)
 

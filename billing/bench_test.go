@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // BenchmarkApply measures sequential event applications, one transaction each,
@@ -15,10 +16,10 @@ func BenchmarkApply(b *testing.B) {
 	ctx := context.Background()
 
 	b.Run("new events", func(b *testing.B) {
-		bb := setup(b)
+		bb := setup(b, freshDB(b, sqldb.Postgres))
 		org := uuid.New()
 		for b.Loop() {
-			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1}
+			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: org, Delta: 1}}
 			if _, err := bb.svc.Apply(ctx, ev); err != nil {
 				b.Fatal(err)
 			}
@@ -27,8 +28,8 @@ func BenchmarkApply(b *testing.B) {
 	})
 
 	b.Run("redeliveries", func(b *testing.B) {
-		bb := setup(b)
-		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), Delta: 1}
+		bb := setup(b, freshDB(b, sqldb.Postgres))
+		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: uuid.New(), Delta: 1}}
 		if _, err := bb.svc.Apply(ctx, ev); err != nil {
 			b.Fatal(err)
 		}

@@ -26,11 +26,13 @@ import (
 	"github.com/acme/outboxpair/internal/testsupport/apitest"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
 
-const token = "test-events-token"
+// token is the events token of the tests' deliveries.
+const token = inboxtest.Token
 
 type bundle struct {
 	db   *dbtest.DB
@@ -40,25 +42,22 @@ type bundle struct {
 	iss  *authtest.Issuer
 }
 
-// setup is billing on a fresh PostgreSQL database (the tests of what only
-// PostgreSQL has: its triggers, locks and sessions).
-func setup(t testing.TB) *bundle {
+// freshDB is a fresh billing database of dialect d.
+func freshDB(t testing.TB, d sqldb.Dialect) *dbtest.DB {
 	t.Helper()
-	return setupOn(t, sqldb.Postgres)
+	return dbtest.New(t, d, migrations.Billing)
 }
 
-// setupOn is billing on a fresh database of dialect d.
-func setupOn(t testing.TB, d sqldb.Dialect) *bundle {
-	t.Helper()
-	return setupDB(t, dbtest.New(t, d, migrations.Billing))
+// onPool is the test database behind a pool the test configured itself (a
+// tracer, an unreachable address).
+func onPool(pool *pgxpool.Pool) *dbtest.DB {
+	return &dbtest.DB{DB: postgres.NewDB(pool), Pool: pool}
 }
 
-func setupPool(t testing.TB, pool *pgxpool.Pool, opts ...billing.Option) *bundle {
-	t.Helper()
-	return setupDB(t, &dbtest.DB{DB: postgres.NewDB(pool), Pool: pool}, opts...)
-}
-
-func setupDB(t testing.TB, db *dbtest.DB, opts ...billing.Option) *bundle {
+// setup is billing on db (freshDB's, or onPool's) with opts: its Service, its
+// HTTP API with authentication on, and the database to inspect. It is the one
+// setup of billing's tests.
+func setup(t testing.TB, db *dbtest.DB, opts ...billing.Option) *bundle {
 	t.Helper()
 	pool := db.Pool
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -97,17 +96,7 @@ func (b *bundle) deliver(t testing.TB, body string, edit ...func(*http.Request))
 
 // eventRequest is a delivery of body as labeling sends it, edited by edit.
 func eventRequest(body string, edit ...func(*http.Request)) *http.Request {
-	req := httptest.NewRequest(http.MethodPost, "/internal/v1/events", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	var probe struct{ ID string }
-	if json.Unmarshal([]byte(body), &probe) == nil && probe.ID != "" {
-		req.Header.Set("Idempotency-Key", probe.ID)
-	}
-	for _, f := range edit {
-		f(req)
-	}
-	return req
+	return inboxtest.Request(body, edit...)
 }
 
 func (b *bundle) quotaHTTP(t testing.TB, org string) *httptest.ResponseRecorder {
@@ -192,7 +181,7 @@ func TestDeliverIdempotent(t *testing.T) {
 
 		t.Run("the same event delivered twice changes the quota once", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
 			for range 2 {
@@ -206,7 +195,7 @@ func TestDeliverIdempotent(t *testing.T) {
 
 		t.Run("the same event delivered 50 times in a row changes the quota once", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			ev := newEvent(billing.RuleDeactivated, org)
 			for range 50 {
@@ -219,7 +208,7 @@ func TestDeliverIdempotent(t *testing.T) {
 
 		t.Run("the same event delivered 50 times at once changes the quota once", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
 			codes := deliverAll(t, b, 50, func(int) string { return ev.body() })
@@ -256,7 +245,7 @@ func TestDeliverFailureBeforeCommit(t *testing.T) {
 
 	t.Run("a failure after the writes leaves nothing and a redelivery applies once", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		calls := b.failAtCommit(t, "P0001", 1)
 		org := uuid.New()
 		ev := newEvent(billing.RuleActivated, org)
@@ -278,7 +267,7 @@ func TestDeliverFailureBeforeCommit(t *testing.T) {
 
 	t.Run("a serialization failure is retried in-process and applies once", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		calls := b.failAtCommit(t, "40001", 2)
 		org := uuid.New()
 		ev := newEvent(billing.RuleActivated, org)
@@ -291,7 +280,7 @@ func TestDeliverFailureBeforeCommit(t *testing.T) {
 
 	t.Run("a deadlock is retried in-process and applies once", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		calls := b.failAtCommit(t, "40P01", 1)
 		org := uuid.New()
 		ev := newEvent(billing.RuleDeactivated, org)
@@ -304,7 +293,7 @@ func TestDeliverFailureBeforeCommit(t *testing.T) {
 
 	t.Run("contention that outlasts the retries answers 503 and writes nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		calls := b.failAtCommit(t, "40001", -1)
 		org := uuid.New()
 		ev := newEvent(billing.RuleActivated, org)
@@ -364,7 +353,7 @@ func TestDeliverRejected(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name+" answers 4xx and changes nothing", func(t *testing.T) {
 				t.Parallel()
-				b := setupOn(t, d)
+				b := setup(t, freshDB(t, d))
 				var edits []func(*http.Request)
 				if tc.edit != nil {
 					edits = append(edits, tc.edit)
@@ -386,7 +375,7 @@ func TestDeliverRejected(t *testing.T) {
 
 		t.Run("unknown payload fields are ignored, as payloads evolve additively", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			rec := b.deliver(t, env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`","name":"later field"}`))
 			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 			require.EqualValues(t, 1, *b.activeRules(t, org))
@@ -394,7 +383,7 @@ func TestDeliverRejected(t *testing.T) {
 
 		t.Run("a delivery without Idempotency-Key is keyed by its body id", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			body := env(`{"orgId":"` + org.String() + `","ruleId":"` + rule.String() + `"}`)
 			noKey := func(r *http.Request) { r.Header.Del("Idempotency-Key") }
 			require.Equal(t, http.StatusNoContent, b.deliver(t, body, noKey).Code)
@@ -404,7 +393,7 @@ func TestDeliverRejected(t *testing.T) {
 
 		t.Run("an upper-case id and key name the same event", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			upper := strings.ToUpper(id.String())
 			body := fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, upper, org, rule)
 			require.Equal(t, http.StatusNoContent, b.deliver(t, body).Code)
@@ -431,7 +420,7 @@ func TestDeliverUnauthorized(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name+" answers 401 and changes nothing", func(t *testing.T) {
 				t.Parallel()
-				b := setupOn(t, d)
+				b := setup(t, freshDB(t, d))
 				ev := newEvent(billing.RuleActivated, uuid.New())
 				rec := b.deliver(t, ev.body(), func(r *http.Request) {
 					if tc.header == "" {
@@ -451,14 +440,14 @@ func TestDeliverUnauthorized(t *testing.T) {
 
 		t.Run("the token is checked before the body", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			rec := b.deliver(t, `{not json`, func(r *http.Request) { r.Header.Del("Authorization") })
 			require.Equal(t, http.StatusUnauthorized, rec.Code)
 		})
 
 		t.Run("the scheme is case-insensitive", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ev := newEvent(billing.RuleActivated, uuid.New())
 			rec := b.deliver(t, ev.body(), func(r *http.Request) { r.Header.Set("Authorization", "bearer "+token) })
 			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
@@ -478,7 +467,7 @@ func TestDeliverUnknownType(t *testing.T) {
 
 		t.Run("an unknown type answers 501 and writes no receipt", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ev := newEvent("RuleRenamed", uuid.New())
 			rec := b.deliver(t, ev.body())
 			require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
@@ -489,7 +478,7 @@ func TestDeliverUnknownType(t *testing.T) {
 
 		t.Run("an unknown type's payload is not checked", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			rec := b.deliver(t, fmt.Sprintf(`{"id":%q,"type":"OrgCreated","occurredAt":1,"payload":{"anything":[1,2]}}`, uuid.New()))
 			require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
 			require.Zero(t, b.count(t, "billing_receipts"))
@@ -497,7 +486,7 @@ func TestDeliverUnknownType(t *testing.T) {
 
 		t.Run("type names are case-sensitive", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ev := newEvent("ruleactivated", uuid.New())
 			require.Equal(t, http.StatusNotImplemented, b.deliver(t, ev.body()).Code)
 		})
@@ -520,7 +509,7 @@ func TestDatabaseDown(t *testing.T) {
 
 	t.Run("an event delivery answers 503 and leaks nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setupPool(t, unreachable(t))
+		b := setup(t, onPool(unreachable(t)))
 		rec := b.deliver(t, newEvent(billing.RuleActivated, uuid.New()).body())
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 		require.Equal(t, "unavailable", errorCode(t, rec))
@@ -531,7 +520,7 @@ func TestDatabaseDown(t *testing.T) {
 
 	t.Run("a quota read answers 503 and leaks nothing", func(t *testing.T) {
 		t.Parallel()
-		b := setupPool(t, unreachable(t))
+		b := setup(t, onPool(unreachable(t)))
 		rec := b.quotaHTTP(t, uuid.NewString())
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 		for _, s := range leaks {
@@ -541,7 +530,7 @@ func TestDatabaseDown(t *testing.T) {
 
 	t.Run("bad input is still 400 and a bad token still 401", func(t *testing.T) {
 		t.Parallel()
-		b := setupPool(t, unreachable(t))
+		b := setup(t, onPool(unreachable(t)))
 		require.Equal(t, http.StatusBadRequest, b.deliver(t, `{}`).Code)
 		require.Equal(t, http.StatusUnauthorized, b.deliver(t, `{}`, func(r *http.Request) { r.Header.Del("Authorization") }).Code)
 		require.Equal(t, http.StatusNotImplemented, b.deliver(t, newEvent("Other", uuid.New()).body()).Code)
@@ -553,7 +542,7 @@ func TestContention(t *testing.T) {
 
 	t.Run("50 different events for one org at once all apply with no 5xx", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		org := uuid.New()
 		codes := deliverAll(t, b, 50, func(int) string { return newEvent(billing.RuleActivated, org).body() })
 		for i, c := range codes {
@@ -565,7 +554,7 @@ func TestContention(t *testing.T) {
 
 	t.Run("activations and deactivations at once sum exactly", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		org := uuid.New()
 		evs := make([]event, 50)
 		for i := range evs {
@@ -602,14 +591,14 @@ func TestQuota(t *testing.T) {
 
 		t.Run("an org never seen has 0 active rules", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			require.Equal(t, billing.QuotaBody{OrgID: org.String(), ActiveRules: 0}, quota(t, b, org.String()))
 		})
 
 		t.Run("the quota counts activations minus deactivations of its org only", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org, other := uuid.New(), uuid.New()
 			for _, ev := range []event{
 				newEvent(billing.RuleActivated, org), newEvent(billing.RuleActivated, org),
@@ -623,7 +612,7 @@ func TestQuota(t *testing.T) {
 
 		t.Run("a deactivation before its activation goes negative and then converges", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			deact, act := newEvent(billing.RuleDeactivated, org), newEvent(billing.RuleActivated, org)
 			require.Equal(t, http.StatusNoContent, b.deliver(t, deact.body()).Code)
@@ -634,7 +623,7 @@ func TestQuota(t *testing.T) {
 
 		t.Run("an upper-case org id answers in canonical form", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			require.Equal(t, org.String(), quota(t, b, strings.ToUpper(org.String())).OrgID)
 		})
@@ -642,7 +631,7 @@ func TestQuota(t *testing.T) {
 		for _, bad := range []string{"acme", "1", uuid.NewString() + "0", "{" + uuid.NewString() + "}", strings.ReplaceAll(uuid.NewString(), "-", "")} {
 			t.Run(fmt.Sprintf("org id %q answers 400", bad), func(t *testing.T) {
 				t.Parallel()
-				b := setupOn(t, d)
+				b := setup(t, freshDB(t, d))
 				rec := b.quotaHTTP(t, bad)
 				require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
 				require.Equal(t, "invalid", errorCode(t, rec))
@@ -657,17 +646,17 @@ func TestApply(t *testing.T) {
 
 		t.Run("reports applied for a new event and not for a redelivery", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
-			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), Delta: 1}
+			b := setup(t, freshDB(t, d))
+			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: uuid.New(), Delta: 1}}
 			applied, err := b.svc.Apply(context.Background(), ev)
 			require.NoError(t, err)
 			require.True(t, applied)
 			applied, err = b.svc.Apply(context.Background(), ev)
 			require.NoError(t, err)
 			require.False(t, applied)
-			q, err := b.svc.Quota(context.Background(), ev.OrgID)
+			q, err := b.svc.Quota(context.Background(), ev.Value.OrgID)
 			require.NoError(t, err)
-			require.Equal(t, billing.Quota{OrgID: ev.OrgID, ActiveRules: 1}, q)
+			require.Equal(t, billing.Quota{OrgID: ev.Value.OrgID, ActiveRules: 1}, q)
 		})
 	})
 }
@@ -708,8 +697,8 @@ func TestApplyStatements(t *testing.T) {
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		b := setupPool(t, pool)
-		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: uuid.New(), Delta: 1}
+		b := setup(t, onPool(pool))
+		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: uuid.New(), Delta: 1}}
 		for _, want := range []bool{true, false} {
 			applied, err := b.svc.Apply(context.Background(), ev)
 			require.NoError(t, err)
@@ -718,7 +707,7 @@ func TestApplyStatements(t *testing.T) {
 			require.Len(t, sent, 1, "%q", sent)
 			require.True(t, strings.HasPrefix(sent[0], "WITH"), sent[0])
 		}
-		require.EqualValues(t, 1, *b.activeRules(t, ev.OrgID))
+		require.EqualValues(t, 1, *b.activeRules(t, ev.Value.OrgID))
 	})
 }
 
@@ -735,7 +724,7 @@ func TestReceiptsRetention(t *testing.T) {
 
 		t.Run("deletes only receipts older than the cut, at most limit at a time", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ctx := context.Background()
 			const cut = int64(1_000_000)
 			var old, young []uuid.UUID
@@ -767,7 +756,7 @@ func TestReceiptsRetention(t *testing.T) {
 
 		t.Run("an event whose receipt is still kept is not applied again", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
 			require.Equal(t, http.StatusNoContent, b.deliver(t, ev.body()).Code)

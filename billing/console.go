@@ -16,6 +16,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/console"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 )
 
@@ -138,7 +139,7 @@ func (c *Console) quota(ec echo.Context) error {
 const natsShown = 200
 
 type natsData struct {
-	Rows   []NATSFailed
+	Rows   []inbox.NATSFailed
 	Total  int
 	Replay bool
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
@@ -77,10 +78,10 @@ func TestBillingConsole(t *testing.T) {
 		replayer := &recordingReplayer{}
 		e, svc := consoleOn(t, db, replayer)
 		org := uuid.New()
-		_, err := svc.Apply(context.Background(), billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1})
+		_, err := svc.Apply(context.Background(), billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: org, Delta: 1}})
 		require.NoError(t, err)
 		require.NoError(t, svc.InTx(context.Background(), func(tx billing.Tx) error {
-			return tx.InsertNATSFailed(context.Background(), billing.NATSFailed{
+			return tx.InsertNATSFailed(context.Background(), inbox.NATSFailed{
 				StreamSeq: 7, StoredAt: 1, Subject: "labeling.events.RuleActivated", MsgID: "m-7",
 				Payload: []byte(`{}`), Reason: `<img src=x onerror=alert(1)>`, Deliveries: 3, FailedAt: time.Now().UnixMilli(),
 			})

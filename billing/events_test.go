@@ -16,6 +16,7 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/wire"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -33,7 +34,7 @@ func grantEffect(p grantPayload) (billing.Effect, error) {
 	if p.OrgID == nil {
 		return billing.Effect{}, errors.New("orgId is required")
 	}
-	org, err := billing.ParseID(*p.OrgID)
+	org, err := wire.ParseID(*p.OrgID)
 	if err != nil {
 		return billing.Effect{}, errors.New("orgId must be a UUID")
 	}
@@ -61,9 +62,9 @@ func TestEventHandlers(t *testing.T) {
 
 		t.Run("a type without a handler has no default effect: Apply refuses it and writes nothing", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
-			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: "RuleRenamed", OccurredAt: 1, OrgID: org}
+			ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: "RuleRenamed", OccurredAt: 1, Value: billing.Effect{OrgID: org}}
 			applied, err := b.svc.Apply(context.Background(), ev)
 			require.Nil(t, b.activeRules(t, org), "no +1 by default")
 			require.False(t, b.hasReceipt(t, ev.ID.String()))
@@ -73,7 +74,7 @@ func TestEventHandlers(t *testing.T) {
 
 		t.Run("a well-formed event of a type without a handler answers 501 and changes nothing", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			id, org := uuid.Must(uuid.NewV7()), uuid.New()
 			rec := b.deliver(t, grantBody(id, org, 2))
 			require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
@@ -84,7 +85,7 @@ func TestEventHandlers(t *testing.T) {
 
 		t.Run("a registered handler's effect is applied once, however often the event is delivered", func(t *testing.T) {
 			t.Parallel()
-			b := setupDB(t, dbtest.New(t, d, migrations.Billing),
+			b := setup(t, dbtest.New(t, d, migrations.Billing),
 				billing.Handling(append(billing.Events(), billing.Handle(grant, grantEffect))...))
 			id, org := uuid.Must(uuid.NewV7()), uuid.New()
 			for range 3 {
@@ -100,7 +101,7 @@ func TestEventHandlers(t *testing.T) {
 
 		t.Run("a payload the handler refuses answers 400 and changes nothing", func(t *testing.T) {
 			t.Parallel()
-			b := setupDB(t, dbtest.New(t, d, migrations.Billing),
+			b := setup(t, dbtest.New(t, d, migrations.Billing),
 				billing.Handling(append(billing.Events(), billing.Handle(grant, grantEffect))...))
 			org := uuid.New()
 			for name, body := range map[string]string{

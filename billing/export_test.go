@@ -3,22 +3,20 @@ package billing
 import (
 	"context"
 
-	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/inbox"
 )
 
-// Waiting reports how many calls of Apply wait for the next group transaction,
-// so that a test can line deliveries up behind a transaction it holds.
-func (s *Service) Waiting() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queue)
+// Tx is what a test writes beside the Service: a billing_nats_failed record.
+type Tx interface {
+	InsertNATSFailed(ctx context.Context, f inbox.NATSFailed) error
 }
 
-// Tx is the statements of one transaction of a Service, bound to it.
-type Tx = billingTx
+// recorder is Tx through the inbox's Record.
+type recorder struct{ s *Service }
 
-// InTx runs fn in a write transaction of the Service's database, with the
-// statements of its dialect bound to it.
-func (s *Service) InTx(ctx context.Context, fn func(Tx) error) error {
-	return s.run(ctx, sqldb.TxOptions{}, fn)
+func (r recorder) InsertNATSFailed(ctx context.Context, f inbox.NATSFailed) error {
+	return r.s.Record(ctx, f)
 }
+
+// InTx runs fn with the Service's writes.
+func (s *Service) InTx(_ context.Context, fn func(Tx) error) error { return fn(recorder{s}) }

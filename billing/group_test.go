@@ -16,6 +16,7 @@ import (
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
@@ -31,7 +32,7 @@ type outcome struct {
 }
 
 func activated(org uuid.UUID) billing.Event {
-	return billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, OrgID: org, Delta: 1}
+	return billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: org, Delta: 1}}
 }
 
 // logTransactions records, for every receipt and every quota row written, the
@@ -154,7 +155,7 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("deliveries that arrive during a transaction, HTTP and NATS alike, commit together in the next, each answered after it", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		b.logTransactions(t)
 		held, org := uuid.New(), uuid.New()
 		release := b.hold(t, held)
@@ -215,7 +216,7 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("a duplicate within a group and across groups is applied once, and only its first delivery reports applied", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		held, org := uuid.New(), uuid.New()
 		release := b.hold(t, held)
 		first, again := activated(org), activated(org)
@@ -241,7 +242,7 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("a group writes receipts in event id order and quota rows in org order, whatever order its deliveries arrived in", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		b.logTransactions(t)
 		held := uuid.New()
 		release := b.hold(t, held)
@@ -286,9 +287,9 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("two replicas whose groups touch the same orgs in opposite orders at once never deadlock", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		b := setup(t, freshDB(t, sqldb.Postgres))
 		b.logTransactions(t)
-		other := setupPool(t, b.pool).svc // a second replica on the same database
+		other := setup(t, onPool(b.pool)).svc // a second replica on the same database
 		held := uuid.New()
 		release := b.hold(t, held)
 		orgs := make([]uuid.UUID, 8)
@@ -328,7 +329,7 @@ func TestGroupApply(t *testing.T) {
 	for _, tc := range failing {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setup(t, freshDB(t, sqldb.Postgres))
 			b.logTransactions(t)
 			held, org := uuid.New(), uuid.New()
 			release := b.hold(t, held)
@@ -376,7 +377,7 @@ func TestGroupApply(t *testing.T) {
 
 	t.Run("with group apply off every delivery runs its own transaction and none waits for another", func(t *testing.T) {
 		t.Parallel()
-		b := setupPool(t, setup(t).pool, billing.ApplyGroupMax(1))
+		b := setup(t, onPool(setup(t, freshDB(t, sqldb.Postgres)).pool), billing.ApplyGroupMax(1))
 		b.logTransactions(t)
 		held := uuid.New()
 		release := b.hold(t, held)
@@ -458,11 +459,11 @@ func TestSQLiteReplicasApplyOnce(t *testing.T) {
 func TestSQLiteNATSFailedPayloadIsABlob(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, sqldb.SQLite, migrations.Billing)
-	store := billing.NewStore(db.DB)
+	store := inbox.NewStore(db.DB, billing.ReceiptsTable, billing.NATSFailedTable)
 	svc := billing.NewService(db.DB, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	payload := []byte{0x00, 0xff, '{', '}'}
 	require.NoError(t, svc.InTx(t.Context(), func(tx billing.Tx) error {
-		return tx.InsertNATSFailed(t.Context(), billing.NATSFailed{StreamSeq: 7, StoredAt: 1, Subject: "s", MsgID: "m", Payload: payload, Reason: "r", Deliveries: 1, FailedAt: 2})
+		return tx.InsertNATSFailed(t.Context(), inbox.NATSFailed{StreamSeq: 7, StoredAt: 1, Subject: "s", MsgID: "m", Payload: payload, Reason: "r", Deliveries: 1, FailedAt: 2})
 	}))
 	var kind string
 	require.NoError(t, db.QueryRow(`SELECT typeof(payload) FROM billing_nats_failed`).Scan(&kind))

@@ -1,19 +1,15 @@
 package billing
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/failpoint"
-	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/web"
 )
 
@@ -51,13 +47,11 @@ func (c Config) Check(name func(field string) string) error {
 	return nil
 }
 
-// Handler serves billing's HTTP API.
+// Handler serves billing's HTTP API: the inbox's intake of events and the
+// quota.
 type Handler struct {
-	svc   *Service
-	token [sha256.Size]byte // a digest, so the comparison takes the same time for every length
-	// previous is EVENTS_TOKEN_PREVIOUS's digest, when set.
-	previous    [sha256.Size]byte
-	hasPrevious bool
+	svc    *Service
+	intake *inbox.Intake[Effect]
 }
 
 // NewHandler returns the handlers over svc. It fails when no token is configured:
@@ -66,85 +60,18 @@ func NewHandler(svc *Service, cfg Config) (*Handler, error) {
 	if cfg.EventsToken == "" {
 		return nil, errors.New("EVENTS_TOKEN: required but not set")
 	}
-	h := &Handler{svc: svc, token: sha256.Sum256([]byte(cfg.EventsToken))}
-	if cfg.EventsTokenPrevious != "" {
-		h.previous, h.hasPrevious = sha256.Sum256([]byte(cfg.EventsTokenPrevious)), true
+	intake, err := inbox.NewIntake(svc.Inbox, cfg.EventsToken, cfg.EventsTokenPrevious)
+	if err != nil {
+		return nil, err
 	}
-	return h, nil
+	return &Handler{svc: svc, intake: intake}, nil
 }
 
 // Register adds billing's routes to e. The quota is behind guard's check that the
 // caller's token covers the path's org; event delivery keeps EVENTS_TOKEN.
 func (h *Handler) Register(e *echo.Echo, guard *auth.Guard) {
-	e.POST("/internal/v1/events", h.deliver)
+	e.POST("/internal/v1/events", h.intake.Deliver)
 	e.GET("/v1/orgs/:orgId/quota", h.quota, guard.Org("orgId", nil))
-}
-
-// deliver applies one delivered event. It answers 204 only after the commit, for a
-// new event and for a redelivery alike; 400 for a delivery no retry can fix; 501,
-// writing nothing, for a type without a handler, so the sender retries it until
-// billing has one or an operator acts; 503 when the database is down.
-func (h *Handler) deliver(c echo.Context) error {
-	if err := h.authorize(c.Request()); err != nil {
-		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="billing"`)
-		return err
-	}
-	var env Envelope
-	if err := web.CheckQuery(c); err != nil {
-		h.svc.countEvent(typeOther, OutcomeRejected)
-		return err
-	}
-	if err := web.DecodeJSON(c, &env); err != nil {
-		h.svc.countEvent(typeOther, OutcomeRejected)
-		return err
-	}
-	id, typ, err := env.Header()
-	if err != nil {
-		h.svc.countEvent(typeOther, OutcomeRejected)
-		return err
-	}
-	// The body's id is the dedup key. The header is optional, but when sent it must
-	// name the same event: a disagreement means a broken sender, not a retry.
-	if key := c.Request().Header.Get("Idempotency-Key"); key != "" {
-		if k, err := ParseID(key); err != nil || k != id {
-			h.svc.countEvent(typ, OutcomeRejected)
-			return fault.Errorf(fault.Invalid, "Idempotency-Key must equal the body's id")
-		}
-	}
-	e, err := h.svc.Decode(id, typ, *env.OccurredAt, env.Payload)
-	if err != nil {
-		h.svc.countDecodeFailure(typ, err)
-		return err
-	}
-	applied, err := h.svc.Apply(c.Request().Context(), e)
-	h.svc.countApply(typ, applied, err)
-	if err != nil {
-		return err
-	}
-	// Committed; a crash here loses only the answer, and the redelivery that
-	// follows finds the receipt.
-	if err := failpoint.Inject(failpoint.BillingEventsAfterCommit); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
-}
-
-// authorize accepts only "Authorization: Bearer <EVENTS_TOKEN>", or the
-// EVENTS_TOKEN_PREVIOUS when set (the scheme in any case, as RFC 9110 allows),
-// comparing in constant time against both, whichever matches.
-func (h *Handler) authorize(r *http.Request) error {
-	scheme, token, ok := strings.Cut(r.Header.Get(echo.HeaderAuthorization), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return fault.Errorf(fault.Unauthorized, "a Bearer token is required")
-	}
-	got := sha256.Sum256([]byte(token))
-	ok = subtle.ConstantTimeCompare(got[:], h.token[:]) == 1
-	// Compared even when the current token matched, so the time says nothing.
-	prev := subtle.ConstantTimeCompare(got[:], h.previous[:]) == 1 && h.hasPrevious
-	if !ok && !prev {
-		return fault.Errorf(fault.Unauthorized, "the token is not valid")
-	}
-	return nil
 }
 
 // QuotaBody is the answer of GET /v1/orgs/{orgId}/quota.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/migrations"
@@ -27,10 +28,10 @@ func (ev event) bodyAt(at time.Time) string {
 func TestLateDelivery(t *testing.T) {
 	t.Parallel()
 	const retention = 10 * time.Hour // bound: 9h (a margin of a tenth)
-	require.Equal(t, time.Hour, billing.LateMargin(retention))
+	require.Equal(t, time.Hour, inbox.LateMargin(retention))
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 		setupLate := func(t *testing.T) *bundle {
-			return setupDB(t, dbtest.New(t, d, migrations.Billing), billing.RefuseOlderThan(retention))
+			return setup(t, dbtest.New(t, d, migrations.Billing), billing.RefuseOlderThan(retention))
 		}
 
 		t.Run("over HTTP, an event past the bound answers 400 event_too_old and changes nothing", func(t *testing.T) {

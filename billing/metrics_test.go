@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/inbox"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // counter reads billing_events_total{type, outcome} from the default registry.
@@ -38,15 +40,15 @@ func counter(t *testing.T, typ, outcome string) float64 {
 // and a sequential top-level test runs before any parallel test is released, so
 // the deltas it reads are its own.
 func TestEventsMetric(t *testing.T) {
-	b := setup(t)
+	b := setup(t, freshDB(t, sqldb.Postgres))
 	type key struct{ typ, outcome string }
 	keys := []key{
-		{billing.RuleActivated, billing.OutcomeApplied},
-		{billing.RuleActivated, billing.OutcomeAlreadyApplied},
-		{billing.RuleDeactivated, billing.OutcomeApplied},
-		{billing.RuleActivated, billing.OutcomeRejected},
-		{"other", billing.OutcomeRejected},
-		{"other", billing.OutcomeUnknownType},
+		{billing.RuleActivated, inbox.OutcomeApplied},
+		{billing.RuleActivated, inbox.OutcomeAlreadyApplied},
+		{billing.RuleDeactivated, inbox.OutcomeApplied},
+		{billing.RuleActivated, inbox.OutcomeRejected},
+		{"other", inbox.OutcomeRejected},
+		{"other", inbox.OutcomeUnknownType},
 	}
 	before := map[key]float64{}
 	for _, k := range keys {
@@ -64,12 +66,12 @@ func TestEventsMetric(t *testing.T) {
 	require.Equal(t, http.StatusNotImplemented, b.deliver(t, newEvent("SomethingNew", uuid.New()).body()).Code)
 
 	want := map[key]float64{
-		{billing.RuleActivated, billing.OutcomeApplied}:        1,
-		{billing.RuleActivated, billing.OutcomeAlreadyApplied}: 2,
-		{billing.RuleDeactivated, billing.OutcomeApplied}:      1,
-		{billing.RuleActivated, billing.OutcomeRejected}:       1,
-		{"other", billing.OutcomeRejected}:                     1,
-		{"other", billing.OutcomeUnknownType}:                  1,
+		{billing.RuleActivated, inbox.OutcomeApplied}:        1,
+		{billing.RuleActivated, inbox.OutcomeAlreadyApplied}: 2,
+		{billing.RuleDeactivated, inbox.OutcomeApplied}:      1,
+		{billing.RuleActivated, inbox.OutcomeRejected}:       1,
+		{"other", inbox.OutcomeRejected}:                     1,
+		{"other", inbox.OutcomeUnknownType}:                  1,
 	}
 	for _, k := range keys {
 		require.Equal(t, want[k], counter(t, k.typ, k.outcome)-before[k], "billing_events_total{type=%q,outcome=%q}", k.typ, k.outcome)

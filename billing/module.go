@@ -7,6 +7,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/sqldb"
 )
@@ -32,8 +33,8 @@ var Module = fx.Module("billing",
 // redelivery would apply a second time.
 func ReceiptsRetention(cfg Config, db sqldb.DB) retention.Policy {
 	return retention.Policy{
-		Name:   "billing_receipts",
+		Name:   ReceiptsTable,
 		Keep:   cfg.ReceiptsRetention,
-		Delete: NewStore(db).DeleteReceipts,
+		Delete: inbox.NewStore(db, ReceiptsTable, NATSFailedTable).DeleteReceipts,
 	}
 }

@@ -30,7 +30,7 @@ func TestNATSFailedBound(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 		t.Run("past the row bound, records whose signature failed are dropped oldest first and counted; verified ones never", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			handle, err := b.svc.NATSHandler(billing.NATSConfig{Key: []byte(token), MaxFailedRows: 3})
 			require.NoError(t, err)
 			before := failedDropped(t)
@@ -70,7 +70,7 @@ func TestNATSFailedBound(t *testing.T) {
 
 		t.Run("past the byte bound, forged records are dropped", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ev := newEvent(billing.RuleActivated, uuid.New())
 			size := int64(len(ev.body()))
 			handle, err := b.svc.NATSHandler(billing.NATSConfig{Key: []byte(token), MaxFailedBytes: 2*size + size/2})

@@ -16,8 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 )
 
@@ -40,7 +42,7 @@ func setupPair(t *testing.T) *pair {
 	t.Cleanup(s.Shutdown)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	b := setup(t)
+	b := setup(t, freshDB(t, sqldb.Postgres))
 	pub, err := stream.NewPublisher(stream.PublisherConfig{URL: s.ClientURL(), DuplicateWindow: time.Minute,
 		Key: []byte(token), Consumers: []string{billing.Durable}}, logger)
 	require.NoError(t, err)
@@ -77,9 +79,9 @@ func activation(org uuid.UUID) string {
 	return fmt.Sprintf(`{"orgId":%q,"ruleId":%q}`, org, uuid.New())
 }
 
-func (p *pair) failed(t *testing.T, n int) []billing.NATSFailed {
+func (p *pair) failed(t *testing.T, n int) []inbox.NATSFailed {
 	t.Helper()
-	var rows []billing.NATSFailed
+	var rows []inbox.NATSFailed
 	require.Eventually(t, func() bool {
 		var err error
 		rows, err = billing.ListNATSFailed(context.Background(), postgres.NewDB(p.pool))
@@ -138,7 +140,7 @@ func TestNATSStream(t *testing.T) {
 		send(replayID, raw.Header.Get(stream.SignatureHeader), string(raw.Data))
 
 		rows := p.failed(t, 3)
-		byID := map[string]billing.NATSFailed{}
+		byID := map[string]inbox.NATSFailed{}
 		for _, r := range rows {
 			byID[r.MsgID] = r
 			require.Contains(t, r.Reason, "signature")

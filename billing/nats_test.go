@@ -53,7 +53,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("applies a message once, a redelivery is acked and changes nothing", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			handle := b.handler(t, 0)
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
@@ -74,7 +74,7 @@ func TestHandleNATS(t *testing.T) {
 		for name, m := range bad {
 			t.Run("terminates and records "+name+" with its reason", func(t *testing.T) {
 				t.Parallel()
-				b := setupOn(t, d)
+				b := setup(t, freshDB(t, d))
 				handle := b.handler(t, 0)
 				err := handle(context.Background(), m)
 				require.True(t, terminated(err), "got %v", err)
@@ -94,7 +94,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("records a message at a sequence already recorded but stored at another time (a recreated stream)", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			handle := b.handler(t, 0)
 			first, second := natsMsg(1, "", `{`), natsMsg(1, "", `{"id":`)
 			second.Stored = first.Stored.Add(time.Hour)
@@ -136,7 +136,7 @@ func TestHandleNATS(t *testing.T) {
 		for name, edit := range unsigned {
 			t.Run("records and never applies a message "+name+", for its signature", func(t *testing.T) {
 				t.Parallel()
-				b := setupOn(t, d)
+				b := setup(t, freshDB(t, d))
 				handle := b.handler(t, 0)
 				org := uuid.New()
 				ev := newEvent(billing.RuleActivated, org)
@@ -157,7 +157,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("replayed under a new msg id, a signed event is recorded for its signature and applied only once", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			handle := b.handler(t, 0)
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
@@ -175,7 +175,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("records and terminates a message whose subject and msg id are not UTF-8, byte for byte with its signature", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			handle := b.handler(t, 0)
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
@@ -202,7 +202,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("records an unsigned message with an empty signature, not none", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ev := newEvent(billing.RuleActivated, uuid.New())
 			m := natsMsg(4, ev.ID, ev.body())
 			m.Signature = ""
@@ -216,13 +216,13 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("needs a key", func(t *testing.T) {
 			t.Parallel()
-			_, err := setupOn(t, d).svc.NATSHandler(billing.NATSConfig{})
+			_, err := setup(t, freshDB(t, d)).svc.NATSHandler(billing.NATSConfig{})
 			require.ErrorContains(t, err, "EVENTS_TOKEN")
 		})
 
 		t.Run("naks an unknown type without a record or a receipt", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ev := newEvent("RuleRenamed", uuid.New())
 			err := b.handler(t, 0)(context.Background(), natsMsg(3, ev.ID, ev.body()))
 			require.Error(t, err)
@@ -234,7 +234,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("records and terminates a message still failing at its last delivery", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			handle := b.handler(t, 5)
 			ev := newEvent("RuleRenamed", uuid.New())
 			m := natsMsg(3, ev.ID, ev.body())
@@ -252,7 +252,7 @@ func TestHandleNATS(t *testing.T) {
 
 		t.Run("naks when the database is down, recording nothing", func(t *testing.T) {
 			t.Parallel()
-			b := setupPool(t, unreachable(t))
+			b := setup(t, onPool(unreachable(t)))
 			handle := b.handler(t, 1)
 			ev := newEvent(billing.RuleActivated, uuid.New())
 			err := handle(context.Background(), natsMsg(4, ev.ID, ev.body()))

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
@@ -32,12 +33,12 @@ func TestReplayNATSFailed(t *testing.T) {
 
 		t.Run("applies records that verify under the current key once, deletes them, and a second run applies nothing", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			recordWrongKey(t, b, org, 3)
 			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
 			require.NoError(t, err)
-			require.Equal(t, billing.ReplayReport{Records: 3, Replayed: 3, Stayed: map[string]int{}}, rep)
+			require.Equal(t, inbox.ReplayReport{Records: 3, Replayed: 3, Stayed: map[string]int{}}, rep)
 			require.Equal(t, "replayed 3 of 3 records", rep.String())
 			require.EqualValues(t, 3, *b.activeRules(t, org))
 			require.Equal(t, 3, b.count(t, "billing_receipts"))
@@ -45,13 +46,13 @@ func TestReplayNATSFailed(t *testing.T) {
 
 			rep, err = b.svc.ReplayNATSFailed(context.Background(), keys, nil)
 			require.NoError(t, err)
-			require.Equal(t, billing.ReplayReport{Records: 0, Replayed: 0, Stayed: map[string]int{}}, rep)
+			require.Equal(t, inbox.ReplayReport{Records: 0, Replayed: 0, Stayed: map[string]int{}}, rep)
 			require.EqualValues(t, 3, *b.activeRules(t, org), "nothing applied twice")
 		})
 
 		t.Run("the console's KeyReplayer applies the selected records once, as the command does", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			recordWrongKey(t, b, org, 2)
 			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
@@ -70,7 +71,7 @@ func TestReplayNATSFailed(t *testing.T) {
 
 		t.Run("a record whose event was applied before is deleted and applies nothing (a crash between apply and delete)", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
 			m := natsMsg(1, ev.ID, ev.body())
@@ -88,7 +89,7 @@ func TestReplayNATSFailed(t *testing.T) {
 
 		t.Run("a record invalid under the current keys stays with its reason, an unknown id is counted and left", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			recordWrongKey(t, b, org, 1)
 			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
@@ -97,8 +98,8 @@ func TestReplayNATSFailed(t *testing.T) {
 			for range 2 { // a second run keeps the first reason once
 				rep, err := b.svc.ReplayNATSFailed(context.Background(), [][]byte{[]byte("yet-another-token")}, []int64{id, id + 1000})
 				require.NoError(t, err)
-				require.Equal(t, billing.ReplayReport{Records: 2, Replayed: 0, Stayed: map[string]int{
-					billing.StayedSignature: 1, billing.StayedNoSuchRecord: 1}}, rep)
+				require.Equal(t, inbox.ReplayReport{Records: 2, Replayed: 0, Stayed: map[string]int{
+					inbox.StayedSignature: 1, inbox.StayedNoSuchRecord: 1}}, rep)
 			}
 			require.Nil(t, b.activeRules(t, org))
 			rows, err = billing.ListNATSFailed(context.Background(), b.db.DB)
@@ -109,14 +110,14 @@ func TestReplayNATSFailed(t *testing.T) {
 
 		t.Run("a record from before migration 00004 stays: it has no signature to check", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			ev := newEvent(billing.RuleActivated, org)
 			b.db.Exec(t, `INSERT INTO billing_nats_failed (stream_seq, subject, msg_id, payload, reason, deliveries, failed_at)
 				VALUES (1, $1, $2, $3, 'signature invalid', 1, 0)`, []byte(natsSubject), []byte(ev.ID), []byte(ev.body()))
 			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
 			require.NoError(t, err)
-			require.Equal(t, billing.ReplayReport{Records: 1, Stayed: map[string]int{billing.StayedNoSignature: 1}}, rep)
+			require.Equal(t, inbox.ReplayReport{Records: 1, Stayed: map[string]int{inbox.StayedNoSignature: 1}}, rep)
 			require.Nil(t, b.activeRules(t, org))
 			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
 			require.NoError(t, err)
@@ -125,7 +126,7 @@ func TestReplayNATSFailed(t *testing.T) {
 
 		t.Run("needs a key", func(t *testing.T) {
 			t.Parallel()
-			_, err := setupOn(t, d).svc.ReplayNATSFailed(context.Background(), nil, nil)
+			_, err := setup(t, freshDB(t, d)).svc.ReplayNATSFailed(context.Background(), nil, nil)
 			require.ErrorContains(t, err, "EVENTS_TOKEN")
 		})
 	})

@@ -60,7 +60,7 @@ func TestRotation(t *testing.T) {
 
 		t.Run("over HTTP, old and new tokens both apply during the overlap and the old is refused after it", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			send := func(e *echo.Echo, tok string) int {
 				ev := newEvent(billing.RuleActivated, org)
@@ -86,7 +86,7 @@ func TestRotation(t *testing.T) {
 
 		t.Run("over NATS, old- and new-signed both apply during the overlap and the old is refused after it", func(t *testing.T) {
 			t.Parallel()
-			b := setupOn(t, d)
+			b := setup(t, freshDB(t, d))
 			ctx := context.Background()
 			org := uuid.New()
 			var seq uint64

@@ -79,7 +79,7 @@ func TestRequestsAsStrictAsTheSpec(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name+" answers "+http.StatusText(tc.status), func(t *testing.T) {
 				t.Parallel()
-				b := setupOn(t, d)
+				b := setup(t, freshDB(t, d))
 				newReq := func() *http.Request {
 					var req *http.Request
 					switch {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // Limits of a rule's fields, counted in characters (runes), not bytes.
@@ -72,12 +73,12 @@ func parseID(field, s string) (uuid.UUID, error) {
 	if s == "" {
 		return uuid.Nil, fault.Errorf(fault.Invalid, "%s is required", field)
 	}
-	id, err := uuid.Parse(s)
-	if len(s) != 36 || err != nil {
-		return uuid.Nil, fault.Errorf(fault.Invalid, "%s must be a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", field)
-	}
-	if id == uuid.Nil {
+	id, err := wire.ParseID(s)
+	switch {
+	case errors.Is(err, wire.ErrNilID):
 		return uuid.Nil, fault.Errorf(fault.Invalid, "%s must not be the nil UUID", field)
+	case err != nil:
+		return uuid.Nil, fault.Errorf(fault.Invalid, "%s must be a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", field)
 	}
 	return id, nil
 }

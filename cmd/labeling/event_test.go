@@ -24,6 +24,7 @@ import (
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/infra/wire"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/labeling"
 	"github.com/acme/outboxpair/migrations"
@@ -62,7 +63,7 @@ func importedEffect(p importedPayload) (billing.Effect, error) {
 	if p.OrgID == nil || p.Count == nil || *p.Count < 1 {
 		return billing.Effect{}, errors.New("orgId and a positive count are required")
 	}
-	org, err := billing.ParseID(*p.OrgID)
+	org, err := wire.ParseID(*p.OrgID)
 	if err != nil {
 		return billing.Effect{}, errors.New("orgId must be a UUID")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // What the dead-letter commands (outbox_*.go) share: the outbox store they run
@@ -57,8 +58,8 @@ func parseIDs(name string, args []string) ([]uuid.UUID, error) {
 	}
 	ids := make([]uuid.UUID, 0, len(args))
 	for _, s := range args {
-		id, err := uuid.Parse(s)
-		if err != nil || len(s) != 36 {
+		id, err := wire.ParseUUID(s)
+		if err != nil {
 			// Also catches a flag after an id, where flag parsing stopped.
 			return nil, fmt.Errorf("outbox %s: %q is not a row id (a UUID)", name, s)
 		}

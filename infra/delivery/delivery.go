@@ -10,7 +10,6 @@ package delivery
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/telemetry"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // Path is where Billing receives events, relative to its base URL.
@@ -91,14 +91,6 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	}, nil
 }
 
-// body is the delivery envelope of contract section 4.
-type body struct {
-	ID         string          `json:"id"`
-	Type       string          `json:"type"`
-	OccurredAt int64           `json:"occurredAt"`
-	Payload    json.RawMessage `json:"payload"`
-}
-
 // Deliver POSTs m to Billing under ctx (the relay's handler timeout) and returns
 // nil only on a 2xx answer, which Billing gives after its commit. A 400, or a
 // message that cannot be encoded, is returned wrapped with outbox.Permanent; every
@@ -163,7 +155,8 @@ func Subscriber[E outbox.Event](c *Client) outbox.Subscriber {
 
 // Envelope encodes m as the delivery body of contract section 4,
 // {"id","type","occurredAt","payload"}: what Billing's HTTP intake takes, and the
-// body of a JetStream message (infra/stream), so both transports carry one format.
+// body of a JetStream message (infra/stream), so both transports carry one format:
+// wire.Envelope, the type the inbox decodes.
 func Envelope(m outbox.Message) ([]byte, error) {
-	return json.Marshal(body{ID: m.ID.String(), Type: m.Tag, OccurredAt: m.CreatedAt, Payload: m.Payload})
+	return wire.New(m.ID, m.Tag, m.CreatedAt, m.Payload).Encode()
 }

@@ -1,4 +1,4 @@
-package billing
+package inbox
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // Group apply: one commit for many deliveries. A commit costs a round trip and a
-// WAL flush whatever it carries, so one transaction per event caps billing at the
+// WAL flush whatever it carries, so one transaction per event caps a consumer at the
 // database's commit rate. Here the first call that finds no transaction in flight
 // becomes the leader and commits at once with whatever is already waiting (with
 // a single delivery in flight that is itself alone: no added wait). Calls that
@@ -20,19 +20,19 @@ import (
 // next transaction. There is no goroutine of its own and nothing to stop: a
 // leader is always a caller, and it always hands off before it returns.
 
-// reqState is where a waiting call is; guarded by Service.mu.
+// reqState is where a waiting call is; guarded by Inbox.mu.
 type reqState int
 
 const (
-	queued   reqState = iota // in Service.queue
+	queued   reqState = iota // in Inbox.queue
 	grouped                  // taken into a leader's group; its result will come on done
 	promoted                 // chosen as the next leader; signalled on lead
 )
 
 // applyReq is one call of Apply waiting in the queue.
-type applyReq struct {
+type applyReq[V any] struct {
 	ctx   context.Context
-	e     Event
+	e     Event[V]
 	state reqState
 	done  chan groupResult // buffered: the leader never blocks on a caller that left
 	lead  chan struct{}    // buffered, likewise
@@ -46,8 +46,8 @@ type groupResult struct {
 }
 
 // applyGrouped applies e in the next group transaction and returns its own result.
-func (s *Service) applyGrouped(ctx context.Context, e Event) (bool, error) {
-	r := &applyReq{ctx: ctx, e: e, done: make(chan groupResult, 1), lead: make(chan struct{}, 1)}
+func (s *Inbox[V]) applyGrouped(ctx context.Context, e Event[V]) (bool, error) {
+	r := &applyReq[V]{ctx: ctx, e: e, done: make(chan groupResult, 1), lead: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if !s.busy {
 		s.busy = true
@@ -55,7 +55,7 @@ func (s *Service) applyGrouped(ctx context.Context, e Event) (bool, error) {
 		return s.lead(r)
 	}
 	s.queue = append(s.queue, r)
-	waiting.Inc()
+	s.m.waiting.Inc()
 	s.mu.Unlock()
 
 	select {
@@ -68,8 +68,8 @@ func (s *Service) applyGrouped(ctx context.Context, e Event) (bool, error) {
 	s.mu.Lock()
 	switch r.state {
 	case queued:
-		s.queue = slices.DeleteFunc(s.queue, func(q *applyReq) bool { return q == r })
-		waiting.Dec()
+		s.queue = slices.DeleteFunc(s.queue, func(q *applyReq[V]) bool { return q == r })
+		s.m.waiting.Dec()
 		s.mu.Unlock()
 	case promoted:
 		// The queue waits for this call to lead; pass the lead on instead.
@@ -91,17 +91,17 @@ func (s *Service) applyGrouped(ctx context.Context, e Event) (bool, error) {
 
 // lead applies r with the calls waiting now (at most groupMax in all), hands the
 // lead to the next waiting call, gives each member its result and returns r's.
-func (s *Service) lead(r *applyReq) (bool, error) {
+func (s *Inbox[V]) lead(r *applyReq[V]) (bool, error) {
 	s.mu.Lock()
-	n := min(len(s.queue), s.groupMax-1)
-	group := make([]*applyReq, 0, n+1)
+	n := min(len(s.queue), s.opts.groupMax-1)
+	group := make([]*applyReq[V], 0, n+1)
 	group = append(group, r)
 	for _, m := range s.queue[:n] {
 		m.state = grouped
 		group = append(group, m)
 	}
 	s.queue = slices.Delete(s.queue, 0, n)
-	waiting.Sub(float64(n))
+	s.m.waiting.Sub(float64(n))
 	s.mu.Unlock()
 
 	answered := false
@@ -128,7 +128,7 @@ func (s *Service) lead(r *applyReq) (bool, error) {
 
 // handOff makes the oldest waiting call the next leader, or marks that no
 // transaction is in flight when none waits.
-func (s *Service) handOff() {
+func (s *Inbox[V]) handOff() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.queue) == 0 {
@@ -137,13 +137,13 @@ func (s *Service) handOff() {
 	}
 	next := s.queue[0]
 	s.queue = slices.Delete(s.queue, 0, 1)
-	waiting.Dec()
+	s.m.waiting.Dec()
 	next.state = promoted
 	next.lead <- struct{}{}
 }
 
 // finish turns a member's group result into Apply's answer.
-func (s *Service) finish(r *applyReq, res groupResult) (bool, error) {
+func (s *Inbox[V]) finish(r *applyReq[V], res groupResult) (bool, error) {
 	if res.alone {
 		return s.applyAlone(r.ctx, r.e)
 	}
@@ -158,9 +158,9 @@ func (s *Service) finish(r *applyReq, res groupResult) (bool, error) {
 // each member to apply alone: one bad event must not fail the others for ever.
 // An unavailable database fails them all, and each sender retries as it would
 // a lone delivery.
-func (s *Service) applyGroup(group []*applyReq) []groupResult {
+func (s *Inbox[V]) applyGroup(group []*applyReq[V]) []groupResult {
 	first := make(map[uuid.UUID]int, len(group))
-	events := make([]Event, 0, len(group))
+	events := make([]Event[V], 0, len(group))
 	for i, m := range group {
 		if _, dup := first[m.e.ID]; !dup {
 			first[m.e.ID] = i
@@ -169,7 +169,7 @@ func (s *Service) applyGroup(group []*applyReq) []groupResult {
 	}
 	ctx, stop := groupContext(group)
 	defer stop()
-	groupSizes.Observe(float64(len(group)))
+	s.m.groupSizes.Observe(float64(len(group)))
 	fresh, err := s.commit(ctx, events)
 
 	results := make([]groupResult, len(group))
@@ -194,7 +194,7 @@ func (s *Service) applyGroup(group []*applyReq) []groupResult {
 // values (its trace) and ends only when every member's context has ended, so a
 // member that gives up (its request timed out) never cancels the others' commit.
 // A lone member's context is used as it is.
-func groupContext(group []*applyReq) (context.Context, func()) {
+func groupContext[V any](group []*applyReq[V]) (context.Context, func()) {
 	if len(group) == 1 {
 		return group[0].ctx, func() {}
 	}
@@ -215,4 +215,13 @@ func groupContext(group []*applyReq) (context.Context, func()) {
 		}
 		cancel()
 	}
+}
+
+// Waiting reports how many calls of Apply wait for the next group transaction
+// (NAME_apply_waiting), so that a test can line deliveries up behind a
+// transaction it holds.
+func (s *Inbox[V]) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
 }

@@ -1,4 +1,4 @@
-package billing
+package inbox
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/acme/outboxpair/infra/fault"
-	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // The reason classes of ReplayReport.Stayed, each a record's reason prefix too.
@@ -37,7 +37,7 @@ type ReplayReport struct {
 	Stayed map[string]int
 }
 
-// ReplayNATSFailed checks the records of billing_nats_failed again (ids, or
+// ReplayNATSFailed checks the records of the NATSFailed table again (ids, or
 // every one when ids is nil) and applies those that now pass, exactly as a
 // delivery: the Events-Signature under keys (EVENTS_TOKEN and, when set,
 // EVENTS_TOKEN_PREVIOUS), then the envelope, Nats-Msg-Id and Decode (its
@@ -49,11 +49,11 @@ type ReplayReport struct {
 // written before migration 00004 has no signature to check and stays so. An
 // error (the database unavailable, ctx ended) stops it where it was: what it
 // applied stays applied, the rest is left for the next run.
-func (s *Service) ReplayNATSFailed(ctx context.Context, keys [][]byte, ids []int64) (ReplayReport, error) {
+func (s *Inbox[V]) ReplayNATSFailed(ctx context.Context, keys [][]byte, ids []int64) (ReplayReport, error) {
 	if len(keys) == 0 || len(keys[0]) == 0 {
 		return ReplayReport{}, errors.New("EVENTS_TOKEN: required to verify the records")
 	}
-	all, err := s.store.ListNATSFailed(ctx)
+	all, err := s.d.store.ListNATSFailed(ctx)
 	if err != nil {
 		return ReplayReport{}, s.classify(err)
 	}
@@ -94,8 +94,8 @@ func (s *Service) ReplayNATSFailed(ctx context.Context, keys [][]byte, ids []int
 		if why != "" {
 			reason += ": " + why
 		}
-		reason = clip(strings.ToValidUTF8(reason+"; recorded: "+originalReason(f.Reason), "\uFFFD"), 1000)
-		if err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
+		reason = wire.Clip(strings.ToValidUTF8(reason+"; recorded: "+originalReason(f.Reason), "\uFFFD"), 1000)
+		if err := s.d.write(ctx, func(tx recordTx) error {
 			return tx.SetNATSFailedReason(ctx, f.ID, reason)
 		}); err != nil {
 			return rep, s.classify(err)
@@ -106,7 +106,7 @@ func (s *Service) ReplayNATSFailed(ctx context.Context, keys [][]byte, ids []int
 
 // replayOne applies f if it passes, and deletes it: class "" then. Otherwise
 // class names why it stays; err is a failure that stops the replay.
-func (s *Service) replayOne(ctx context.Context, keys [][]byte, f NATSFailed) (class, why string, err error) {
+func (s *Inbox[V]) replayOne(ctx context.Context, keys [][]byte, f NATSFailed) (class, why string, err error) {
 	if f.Signature == nil {
 		return StayedNoSignature, "", nil
 	}
@@ -114,7 +114,7 @@ func (s *Service) replayOne(ctx context.Context, keys [][]byte, f NATSFailed) (c
 		return StayedSignature, err.Error(), nil
 	}
 	// The checks of handleNATS, in its order.
-	var env Envelope
+	var env wire.Envelope
 	if err := web.Unmarshal(f.Payload, &env); err != nil {
 		return StayedNotApplicable, "body is not a valid event envelope: " + err.Error(), nil
 	}
@@ -134,7 +134,7 @@ func (s *Service) replayOne(ctx context.Context, keys [][]byte, f NATSFailed) (c
 		return "", "", err
 	}
 	// Applied (or found applied): only now the record goes.
-	if err := s.run(ctx, sqldb.TxOptions{}, func(tx billingTx) error {
+	if err := s.d.write(ctx, func(tx recordTx) error {
 		return tx.DeleteNATSFailed(ctx, f.ID)
 	}); err != nil {
 		return "", "", s.classify(err)

@@ -1,0 +1,139 @@
+package billing
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/infra/inbox"
+	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
+)
+
+// Billing's tables and name, fixed by the contract (section 2): its receipts,
+// its NATS dead letters, and the prefix of its metrics (billing_events_total, …).
+const (
+	Name            = "billing"
+	ReceiptsTable   = "billing_receipts"
+	NATSFailedTable = "billing_nats_failed"
+)
+
+// consumer is billing on infra/inbox: its tables, handlers, effect and crash
+// points (contract section 6).
+func consumer(handlers []EventHandler) inbox.Consumer[Effect] {
+	return inbox.Consumer[Effect]{
+		Name:       Name,
+		Receipts:   ReceiptsTable,
+		NATSFailed: NATSFailedTable,
+		Handlers:   handlers,
+		Effect:     inbox.Effect[Effect]{Postgres: pgEffect, SQLite: sqliteEffect},
+		Failpoints: inbox.Failpoints{
+			BeforeCommit:    failpoint.BillingEventsBeforeCommit,
+			AfterCommit:     failpoint.BillingEventsAfterCommit,
+			NATSAfterCommit: failpoint.BillingNATSAfterCommit,
+		},
+	}
+}
+
+// pgEffect adds the new events' deltas to billing_quota within the inbox's
+// one statement: one upsert per org (ON CONFLICT DO UPDATE may not touch a row
+// twice in one statement, so the org's deltas are summed), in org id order so
+// that two concurrent groups never deadlock. The aggregate consumes every
+// receipt before it emits a quota row, so all receipt locks come before any
+// quota lock. The count is not clamped at zero: with no ordering guarantee a
+// deactivation may arrive before its activation, and only the plain sum
+// converges.
+var pgEffect = inbox.PostgresEffect[Effect]{
+	Columns: []string{"org_id uuid", "delta bigint"},
+	Args: func(events []Event) []any {
+		orgs := make([]uuid.UUID, len(events))
+		deltas := make([]int64, len(events))
+		for i, e := range events {
+			orgs[i], deltas[i] = e.Value.OrgID, e.Value.Delta
+		}
+		return []any{orgs, deltas}
+	},
+	Statements: []string{`
+		INSERT INTO billing_quota (org_id, active_rules, updated_at)
+		SELECT org_id, sum(delta)::bigint, $1 FROM applied
+		GROUP BY org_id ORDER BY org_id
+		ON CONFLICT (org_id) DO UPDATE
+		SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules,
+		    updated_at = EXCLUDED.updated_at`},
+}
+
+// sqliteEffect adds the new events' deltas, summed per org, to billing_quota
+// in org id order, in the inbox's transaction.
+func sqliteEffect(ctx context.Context, tx sqlite.Tx, fresh []Event, now int64) error {
+	deltas := map[uuid.UUID]int64{}
+	for _, e := range fresh {
+		deltas[e.Value.OrgID] += e.Value.Delta
+	}
+	orgs := make([]uuid.UUID, 0, len(deltas))
+	for org := range deltas {
+		orgs = append(orgs, org)
+	}
+	slices.SortFunc(orgs, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
+	for _, org := range orgs {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (org_id) DO UPDATE
+			SET active_rules = billing_quota.active_rules + excluded.active_rules,
+			    updated_at = excluded.updated_at`, org, deltas[org], now)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quotaReader reads an org's active rules in a read-only transaction.
+type quotaReader func(ctx context.Context, org uuid.UUID) (int64, error)
+
+// quotaReaders are the quota read per dialect.
+var quotaReaders = database.Dialects[quotaReader]{
+	Postgres: func(db *postgres.DB) quotaReader {
+		return func(ctx context.Context, org uuid.UUID) (n int64, err error) {
+			err = db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx postgres.Tx) error {
+				err := tx.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = $1`, org).Scan(&n)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+			return n, err
+		}
+	},
+	SQLite: func(db *sqlite.DB) quotaReader {
+		return func(ctx context.Context, org uuid.UUID) (n int64, err error) {
+			err = db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error {
+				err := tx.QueryRow(ctx, `SELECT active_rules FROM billing_quota WHERE org_id = ?1`, org).Scan(&n)
+				if errors.Is(err, sql.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+			return n, err
+		}
+	},
+}
+
+// readQuota wraps a quota read's error.
+func readQuota(read quotaReader) quotaReader {
+	return func(ctx context.Context, org uuid.UUID) (int64, error) {
+		n, err := read(ctx, org)
+		if err != nil {
+			return 0, fmt.Errorf("read quota: %w", err)
+		}
+		return n, nil
+	}
+}

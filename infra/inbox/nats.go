@@ -1,0 +1,266 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/acme/outboxpair/infra/fault"
+	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/infra/wire"
+)
+
+// NATSConfig is what an inbox's intake of the stream needs.
+type NATSConfig struct {
+	// Key (EVENTS_TOKEN) verifies each message's Events-Signature.
+	Key []byte
+	// PreviousKey (EVENTS_TOKEN_PREVIOUS), when set, verifies it too: during a
+	// rotation, messages labeling signed with the old token still apply.
+	PreviousKey []byte
+	// MaxDeliveries (NATS_MAX_DELIVERIES) bounds the deliveries of a message
+	// that keeps failing (an unknown type, a defect): at that delivery it is
+	// recorded in the consumer's NATSFailed table and terminated instead of retried for ever.
+	// A failure to write the record (the database is down) still naks it. Zero
+	// retries for ever.
+	MaxDeliveries uint64
+	// MaxFailedRows and MaxFailedBytes (NATS_FAILED_MAX_ROWS,
+	// NATS_FAILED_MAX_BYTES) bound the NATSFailed table (records, payload
+	// bytes): after each record written past either, the oldest records whose
+	// signature fails under Key and PreviousKey are dropped until within both;
+	// a record that verifies is never dropped. Zero: no bound.
+	MaxFailedRows, MaxFailedBytes int64
+}
+
+// The intake's bounds when set from the environment: NATS_MAX_DELIVERIES'
+// default (with the nak delay doubling from 250ms to 30s, about 8 hours of
+// redeliveries, long enough to ship a consumer that knows a new event type),
+// and the NATSFailed table's (100000 records, 1 GiB of payloads); each Max is
+// the largest NATSConfig.Validate accepts.
+const (
+	DefaultNATSMaxDeliveries  = 1000
+	MaxNATSMaxDeliveries      = 1_000_000
+	DefaultNATSFailedMaxRows  = 100_000
+	MaxNATSFailedMaxRows      = 100_000_000
+	DefaultNATSFailedMaxBytes = 1 << 30
+	MaxNATSFailedMaxBytes     = 1 << 40
+)
+
+// Validate reports the first bound of c out of its range as "Field: what is
+// wrong": Check with the fields' own names.
+func (c NATSConfig) Validate() error { return c.Check(func(field string) string { return field }) }
+
+// Check is Validate with each field named by name(field) (infra/config
+// passes the environment variable's).
+func (c NATSConfig) Check(name func(field string) string) error {
+	switch {
+	case c.MaxDeliveries > MaxNATSMaxDeliveries:
+		return fmt.Errorf("%s: %d is more than the maximum of %d", name("MaxDeliveries"), c.MaxDeliveries, MaxNATSMaxDeliveries)
+	case c.MaxFailedRows < 0 || c.MaxFailedRows > MaxNATSFailedMaxRows:
+		return fmt.Errorf("%s: %d is not within 0 to %d", name("MaxFailedRows"), c.MaxFailedRows, MaxNATSFailedMaxRows)
+	case c.MaxFailedBytes < 0 || c.MaxFailedBytes > MaxNATSFailedMaxBytes:
+		return fmt.Errorf("%s: %d is not within 0 to %d", name("MaxFailedBytes"), c.MaxFailedBytes, MaxNATSFailedMaxBytes)
+	}
+	return nil
+}
+
+// NATSHandler returns the consumer's handler of the stream's messages. It applies a
+// message only if its Events-Signature verifies (stream.VerifyAny with cfg.Key
+// and, when set, cfg.PreviousKey):
+// one without, or with a wrong one, is recorded in the NATSFailed table with a
+// reason naming the signature and terminated, never applied. A verified message
+// goes through Apply, the use case of the HTTP intake: nil (ack) only after the
+// commit, or for a redelivery that finds its receipt. A message no redelivery
+// can apply (a malformed envelope, an invalid payload, a Nats-Msg-Id that is not
+// the body's id) is recorded and terminated; if the record cannot be written the
+// message is naked and comes back. A type without a handler and an unavailable
+// database are naked, as the HTTP intake answers 501 and 503, until
+// cfg.MaxDeliveries; then they are recorded and terminated, never applied.
+func (s *Inbox[V]) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
+	if len(cfg.Key) == 0 {
+		return nil, errors.New("EVENTS_TOKEN: required to verify the stream's messages")
+	}
+	keys := [][]byte{cfg.Key}
+	if len(cfg.PreviousKey) > 0 {
+		keys = append(keys, cfg.PreviousKey)
+	}
+	b := &bound{rows: cfg.MaxFailedRows, bytes: cfg.MaxFailedBytes, keys: keys}
+	return func(ctx context.Context, m stream.Message) error {
+		var err error
+		if verr := stream.VerifyAny(keys, m.Subject, m.MsgID, m.Data, m.Signature); verr != nil {
+			s.m.signatureRejects.Inc()
+			err = s.deadLetter(ctx, m, verr.Error())
+		} else {
+			err = s.handleNATS(ctx, m)
+			if err != nil && !stream.IsTerminal(err) && cfg.MaxDeliveries != 0 && m.Delivered >= cfg.MaxDeliveries {
+				err = s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err))
+			}
+		}
+		if stream.IsTerminal(err) {
+			// Recorded: keep the table within its bound. A failure here is
+			// logged, never the message's: its record is written.
+			s.prune(ctx, b)
+		}
+		return err
+	}, nil
+}
+
+// handleNATS applies a message whose signature verified.
+func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
+	var env wire.Envelope
+	// The same rules as the HTTP intake (web.Unmarshal): exact names, no
+	// duplicate, valid UTF-8, no NUL, one value.
+	if err := web.Unmarshal(m.Data, &env); err != nil {
+		s.countEvent(TypeOther, OutcomeRejected)
+		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error())
+	}
+	e, err := s.decode(env)
+	if err != nil {
+		typ := TypeOther
+		if env.Type != nil {
+			typ = *env.Type
+		}
+		s.countDecodeFailure(typ, err)
+		if fault.CodeOf(err) == fault.NotImplemented {
+			// Naked with a growing delay, so that a billing deployed with the
+			// handler later applies it, until cfg.MaxDeliveries records it.
+			return err
+		}
+		return s.deadLetter(ctx, m, err.Error())
+	}
+	if m.MsgID != "" && m.MsgID != e.ID.String() {
+		s.countEvent(e.Type, OutcomeRejected)
+		return s.deadLetter(ctx, m, "Nats-Msg-Id must equal the body's id")
+	}
+	applied, err := s.Apply(ctx, e)
+	s.countApply(e.Type, applied, err)
+	if err != nil {
+		return err
+	}
+	// Committed; a crash here loses only the ack, and the redelivery that follows
+	// finds the receipt.
+	return inject(s.c.Failpoints.NATSAfterCommit)
+}
+
+// deadLetter records m with reason and returns the error that terminates it, or,
+// when the record cannot be written, an ordinary error so the message comes back.
+func (s *Inbox[V]) deadLetter(ctx context.Context, m stream.Message, reason string) error {
+	err := s.d.write(ctx, func(tx recordTx) error {
+		return tx.InsertNATSFailed(ctx, NATSFailed{
+			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
+			Signature: &m.Signature,
+			Reason:    wire.Clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
+		})
+	})
+	if err != nil {
+		return s.classify(err)
+	}
+	return stream.Terminate(errors.New(reason))
+}
+
+// storedAt is when the stream stored m, in epoch ns; 0 when unknown.
+func storedAt(m stream.Message) int64 {
+	if m.Stored.IsZero() {
+		return 0
+	}
+	return m.Stored.UnixNano()
+}
+
+// NATSFailed is one terminated message of a consumer's NATSFailed table.
+type NATSFailed struct {
+	// ID names the record (as `billing nats replay ID` takes it), in the order recorded.
+	ID        int64
+	StreamSeq uint64
+	// StoredAt is when the stream stored the message (epoch ns): with StreamSeq
+	// it names one message even across a recreated stream, whose sequences
+	// restart at 1.
+	StoredAt int64
+	// Subject and MsgID hold the bytes as received, UTF-8 or not (bytea/BLOB
+	// since migration 00004): a Go string carries any bytes.
+	Subject string
+	MsgID   string
+	Payload []byte
+	// Signature is the Events-Signature header as received ("" when absent),
+	// so the record can be verified again; nil for a record written before
+	// migration 00004, which stored none.
+	Signature  *string
+	Reason     string
+	Deliveries uint64
+	FailedAt   int64 // epoch ms
+}
+
+// ListNATSFailed returns every terminated message, in the order recorded.
+func (s *Inbox[V]) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
+	return s.d.store.ListNATSFailed(ctx)
+}
+
+// bound is a handler's bound on the NATSFailed table, and its pruning state.
+type bound struct {
+	rows, bytes int64
+	keys        [][]byte
+
+	mu         sync.Mutex // one prune at a time per handler
+	dropped    int64      // since the last log line
+	lastLogged time.Time
+}
+
+// prune drops, oldest first, records whose signature fails under b.keys until
+// the table is within b (or only verified records are left).
+func (s *Inbox[V]) prune(ctx context.Context, b *bound) {
+	if b.rows <= 0 && b.bytes <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rows, bytes, err := s.d.store.NATSFailedSize(ctx)
+	if err != nil {
+		s.logger.Warn(s.c.NATSFailed+" bound not checked", "error", err)
+		return
+	}
+	over := func() bool { return (b.rows > 0 && rows > b.rows) || (b.bytes > 0 && bytes > b.bytes) }
+	var after int64
+	for over() {
+		batch, err := s.d.store.OldestNATSFailed(ctx, after, 100)
+		if err != nil {
+			s.logger.Warn(s.c.NATSFailed+" bound not kept", "error", err)
+			break
+		}
+		if len(batch) == 0 {
+			break // only records that verify are left: never dropped
+		}
+		for _, f := range batch {
+			after = f.ID
+			if !over() {
+				break
+			}
+			if f.Signature != nil && stream.VerifyAny(b.keys, f.Subject, f.MsgID, f.Payload, *f.Signature) == nil {
+				continue
+			}
+			if err := s.d.write(ctx, func(tx recordTx) error {
+				return tx.DeleteNATSFailed(ctx, f.ID)
+			}); err != nil {
+				s.logger.Warn(s.c.NATSFailed+" bound not kept", "error", err)
+				return
+			}
+			rows, bytes = rows-1, bytes-int64(len(f.Payload))
+			s.m.failedDropped.Inc()
+			b.dropped++
+		}
+	}
+	if b.dropped > 0 && time.Since(b.lastLogged) >= time.Minute {
+		s.logger.Warn(s.c.NATSFailed+" past its bound: dropped records whose signature failed, oldest first",
+			"dropped", b.dropped, "max_rows", b.rows, "max_bytes", b.bytes)
+		b.dropped, b.lastLogged = 0, time.Now()
+	}
+}
+
+// Record writes f to the consumer's NATSFailed table once (keyed by its
+// StreamSeq and StoredAt), as the NATS handler records a message it
+// terminates: for a transport of the team's own that dead-letters the same
+// way, and for tests.
+func (s *Inbox[V]) Record(ctx context.Context, f NATSFailed) error {
+	return s.d.write(ctx, func(tx recordTx) error { return tx.InsertNATSFailed(ctx, f) })
+}
