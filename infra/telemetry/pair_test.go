@@ -330,7 +330,13 @@ func checkActivation(t *testing.T, p traced, between []string) {
 		}
 		return false
 	}, 15*time.Second, 10*time.Millisecond, "billing's one statement (receipt, change, commit) is a span under Apply")
-	require.True(t, descends(spans, apply, process.SpanContext.SpanID()), "Apply descends from the process span")
+	// A span is recorded when it ends: the spans between the process span and
+	// Apply (the NATS consumer's, the HTTP intake's) end after Apply returns,
+	// so the chain is whole only once they have.
+	require.Eventually(t, func() bool {
+		spans = inTrace(procTrace)
+		return descends(spans, apply, process.SpanContext.SpanID())
+	}, 15*time.Second, 10*time.Millisecond, "Apply descends from the process span")
 	for _, name := range between {
 		s := spanNamed(t, name, procTrace)
 		require.True(t, descends(spans, apply, s.SpanContext.SpanID()), "Apply descends from %q", name)
