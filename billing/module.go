@@ -8,17 +8,31 @@ import (
 
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/inbox"
+	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/sqldb"
 )
 
+// serviceParams are what the Service is built from; Nudger is billing's
+// outbox relay, absent when billing runs none (PROVIDER_URL unset).
+type serviceParams struct {
+	fx.In
+	DB     sqldb.DB
+	Logger *slog.Logger
+	Config Config
+	Nudger outbox.Nudger `optional:"true"`
+}
+
 // Module provides billing's use cases and routes and registers the retention of
 // billing_receipts with the cleanup. The app supplies Config, the sqldb.DB,
-// *slog.Logger, the *echo.Echo (web.Module) and the *auth.Guard (auth.Module).
+// *slog.Logger, the *echo.Echo (web.Module) and the *auth.Guard (auth.Module),
+// and, when billing runs its outbox relay, the outbox.Nudger (outbox.Module)
+// the Service wakes after each apply that appended a QuotaChanged row.
 var Module = fx.Module("billing",
 	fx.Provide(
-		func(db sqldb.DB, logger *slog.Logger, cfg Config) *Service {
-			return NewService(db, logger, ApplyGroupMax(cfg.ApplyGroupMax), RefuseOlderThan(cfg.ReceiptsRetention))
+		func(p serviceParams) *Service {
+			return NewService(p.DB, p.Logger, ApplyGroupMax(p.Config.ApplyGroupMax), RefuseOlderThan(p.Config.ReceiptsRetention),
+				NudgeOnAppend(p.Nudger))
 		},
 		NewHandler,
 		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),

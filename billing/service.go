@@ -9,7 +9,9 @@ import (
 
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/inbox"
+	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 )
 
 // DefaultApplyGroupMax is the group size a Service uses when none is given
@@ -37,6 +39,14 @@ type Option func(*settings)
 type settings struct {
 	handlers []EventHandler
 	inbox    []inbox.Option
+	nudger   outbox.Nudger
+}
+
+// NudgeOnAppend makes the Service wake n (billing's outbox relay) after each
+// commit that appended a QuotaChanged row. Without it the rows wait for a
+// relay's next poll (or for none, when billing runs no relay).
+func NudgeOnAppend(n outbox.Nudger) Option {
+	return func(s *settings) { s.nudger = n }
 }
 
 // ApplyGroupMax bounds how many concurrent deliveries Apply puts in one
@@ -70,8 +80,12 @@ func NewService(db sqldb.DB, logger *slog.Logger, opts ...Option) *Service {
 	if s.handlers == nil {
 		s.handlers = Events()
 	}
+	var outboxSQLite outbox.Appender[sqlite.Tx]
+	if lite, ok := db.(*sqlite.DB); ok {
+		outboxSQLite = outbox.NewSQLiteStore(lite, outbox.WithTable(OutboxTable))
+	}
 	return &Service{
-		Inbox: inbox.New(db, logger, consumer(s.handlers), s.inbox...),
+		Inbox: inbox.New(db, logger, consumer(s.handlers, outboxSQLite, s.nudger), s.inbox...),
 		quota: readQuota(database.Pick(db, quotaReaders)),
 	}
 }

@@ -324,11 +324,25 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
-	t.Run("PROVIDER_SECRET from the shell reaches the stand-in provider", func(t *testing.T) {
+	t.Run("PROVIDER_SECRET from the shell reaches the stand-in provider and billing, which signs with it", func(t *testing.T) {
 		t.Parallel()
 		secret := "whsec_c2hlbGwtc2VjcmV0LXNoZWxsLXNlY3JldC1zaGVsbA=="
 		b := setup(t, "PROVIDER_SECRET="+secret)
 		require.Equal(t, secret, env(b.standInServices(t)["provider"])["PROVIDER_SECRET"])
+		require.Equal(t, secret, env(b.apps(t)["billing"])["PROVIDER_SECRET"])
+	})
+
+	t.Run("PROVIDER_URL names the stand-in provider, its port and its path", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		provider := b.standInServices(t)["provider"]
+		u, err := url.Parse(env(b.apps(t)["billing"])["PROVIDER_URL"])
+		require.NoError(t, err)
+		require.Equal(t, provider.Name, u.Hostname())
+		_, port, err := net.SplitHostPort(env(provider)["PROVIDER_ADDR"])
+		require.NoError(t, err)
+		require.Equal(t, port, u.Port())
+		require.Equal(t, standin.Path, u.Path)
 	})
 
 	t.Run("nats: passwords from the shell reach the server and the services", func(t *testing.T) {
@@ -527,7 +541,7 @@ func composeChecks(t *testing.T, variant string, files []string) {
 		if variant == "nats" {
 			deps = append(deps, "nats")
 		}
-		require.ElementsMatch(t, deps, keys(apps["billing"].DependsOn))
+		require.ElementsMatch(t, append(deps, "provider"), keys(apps["billing"].DependsOn))
 		require.ElementsMatch(t, append(deps, apps["billing"].Name), keys(apps["labeling"].DependsOn))
 	})
 

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
@@ -56,6 +57,10 @@ type config struct {
 	pg                 *pgServer         // the scenario's own PostgreSQL cluster; nil: the shared test server (pgtest)
 	proxied            bool              // each service reaches its database through a blackholeProxy
 	dialect            sqldb.Dialect     // the databases' dialect: PostgreSQL (the default) or SQLite files
+	// provider, when set, is the second hop: billing calls this stand-in from its
+	// own outbox (PROVIDER_URL, PROVIDER_SECRET) with the relay settings of
+	// labeling's, and the invariant covers billing_outbox_events and the stand-in.
+	provider *standIn
 }
 
 func (c config) withDefaults() config {
@@ -103,10 +108,12 @@ type cluster struct {
 	http        *http.Client
 	// With cfg.proxied, the proxies between each service and its database.
 	labProxy, billProxy *proxytest.Proxy
+	provider            *standIn // cfg.provider: the second hop's stand-in, or nil
 
 	mu       sync.Mutex
 	requests int
 	events   int
+	hop2     hop2Figures // the second hop's figures at the last convergence
 }
 
 // setup starts a cluster for t. Everything it starts is killed when t ends, and
@@ -170,8 +177,15 @@ func setup(t *testing.T, cfg config) *cluster {
 			"NATS_CONSUMERS": "billing," + auditDurable,
 		}
 	}
+	if cfg.provider != nil {
+		c.provider = cfg.provider
+		billingEnv["PROVIDER_URL"] = cfg.provider.url()
+		billingEnv["PROVIDER_SECRET"] = cfg.provider.secret
+		maps.Copy(billingEnv, relayEnv(cfg))
+	}
 	maps.Copy(billingEnv, cfg.env)
 	c.billing = newProc(t, "billing", billingBin, billingEnv)
+	c.billing.secondHop = cfg.provider != nil
 	if !cfg.billingDown {
 		c.billing.launch(t, cfg.billingFailpoints)
 	}
@@ -181,25 +195,34 @@ func setup(t *testing.T, cfg config) *cluster {
 			name = fmt.Sprintf("labeling-%d", i+1)
 		}
 		p := newProc(t, name, labelingBin, map[string]string{
-			"DATABASE_URL":               appURL(t, labURL, "e2e-labeling"),
-			"EVENTS_TOKEN":               eventsToken,
-			"BILLING_URL":                c.billing.url(),
-			"OUTBOX_POLL_INTERVAL":       "50ms",
-			"OUTBOX_CLAIM_SIZE":          fmt.Sprint(cfg.claimSize),
-			"OUTBOX_HANDLER_TIMEOUT":     cfg.handlerTimeout.String(),
-			"OUTBOX_LEASE":               cfg.lease.String(),
-			"OUTBOX_MAX_ATTEMPTS":        fmt.Sprint(cfg.maxAttempts),
-			"OUTBOX_RETRY_BASE":          "50ms",
-			"OUTBOX_RETRY_MAX":           "500ms",
-			"OUTBOX_PROCESSED_RETENTION": "168h",
-			"CLEANUP_INTERVAL":           "1h",
+			"DATABASE_URL": appURL(t, labURL, "e2e-labeling"),
+			"EVENTS_TOKEN": eventsToken,
+			"BILLING_URL":  c.billing.url(),
 		})
+		maps.Copy(p.env, relayEnv(cfg))
 		maps.Copy(p.env, natsEnv)
 		maps.Copy(p.env, cfg.env)
 		p.launch(t, cfg.labelingFailpoints)
 		c.labeling = append(c.labeling, p)
 	}
 	return c
+}
+
+// relayEnv is the relay settings of every relay the scenario runs: labeling's,
+// and billing's when it calls a provider (the same variables, read by each
+// service for its own outbox).
+func relayEnv(cfg config) map[string]string {
+	return map[string]string{
+		"OUTBOX_POLL_INTERVAL":       "50ms",
+		"OUTBOX_CLAIM_SIZE":          fmt.Sprint(cfg.claimSize),
+		"OUTBOX_HANDLER_TIMEOUT":     cfg.handlerTimeout.String(),
+		"OUTBOX_LEASE":               cfg.lease.String(),
+		"OUTBOX_MAX_ATTEMPTS":        fmt.Sprint(cfg.maxAttempts),
+		"OUTBOX_RETRY_BASE":          "50ms",
+		"OUTBOX_RETRY_MAX":           "500ms",
+		"OUTBOX_PROCESSED_RETENTION": "168h",
+		"CLEANUP_INTERVAL":           "1h",
+	}
 }
 
 // teardown adds the scenario to the tally. It runs after every process is gone:
@@ -209,7 +232,7 @@ func (c *cluster) teardown() {
 	t := c.t
 	procs := append([]*proc{c.billing}, c.labeling...)
 	c.mu.Lock()
-	requests, events := c.requests, c.events
+	requests, events, hop2 := c.requests, c.events, c.hop2
 	c.mu.Unlock()
 	var dups, brokerDups int
 	for _, p := range procs {
@@ -220,7 +243,17 @@ func (c *cluster) teardown() {
 		}
 	}
 	t.Logf("e2e: %s transport: %d duplicates absorbed by receipts, %d by the broker", c.cfg.transport, dups, brokerDups)
+	if c.provider != nil {
+		t.Logf("e2e: second hop: %d provider calls made, %d changes applied by the provider, %d duplicates it absorbed",
+			hop2.calls, hop2.applied, hop2.duplicates)
+	}
 	tally.add(func(s *counts) {
+		if c.provider != nil {
+			s.hop2Scenarios++
+			s.providerCalls += hop2.calls
+			s.providerApplied += hop2.applied
+			s.providerDuplicates += hop2.duplicates
+		}
 		s.requests += requests
 		s.events += events
 		s.duplicates += dups
@@ -273,6 +306,12 @@ type proc struct {
 	// deliveries (absorbed by receipts), labeling's duplicate publish acks
 	// (absorbed by the broker's duplicate window).
 	duplicates int
+	// secondHop: billing with its relay calling a provider; its kills are the
+	// second hop's too.
+	secondHop bool
+	// afterClaimExits counts the lives that died at the relay's after-claim
+	// point: claims of a row that made no call.
+	afterClaimExits int
 
 	mu        sync.Mutex
 	life      *proctest.Process // the latest start; nil before the first
@@ -305,15 +344,37 @@ func (p *proc) launch(t *testing.T, failpoints string) {
 // restart starts the process again on its address, without failpoints.
 func (p *proc) restart(t *testing.T) {
 	t.Helper()
+	p.restartWith(t, "")
+}
+
+// restartWith starts the process again on its address with
+// FAILPOINTS=failpoints (none when empty).
+func (p *proc) restartWith(t *testing.T, failpoints string) {
+	t.Helper()
 	require.False(t, p.alive(), "%s: restart of a running process", p.name)
-	if err := p.start(""); err != nil {
+	if err := p.start(failpoints); err != nil {
+		t.Fatalf("%s: restart: %v", p.name, err)
+	}
+}
+
+// restartArmed starts the process again on its address with failpoints armed
+// that it may reach before it is ready (billing's relay claims a waiting row at
+// once): it returns when the process answers /readyz 200 or has exited, and the
+// caller's requireDiedAt says where it died.
+func (p *proc) restartArmed(t *testing.T, failpoints string) {
+	t.Helper()
+	require.False(t, p.alive(), "%s: restart of a running process", p.name)
+	if err := p.startLife(failpoints, true); err != nil {
 		t.Fatalf("%s: restart: %v", p.name, err)
 	}
 }
 
 // start runs the binary with FAILPOINTS=failpoints (none when empty) and waits
 // until it answers /readyz 200 or exits.
-func (p *proc) start(failpoints string) error {
+func (p *proc) start(failpoints string) error { return p.startLife(failpoints, false) }
+
+// startLife is start; with mayExit an exit before ready is no error.
+func (p *proc) startLife(failpoints string, mayExit bool) error {
 	env := maps.Clone(p.env)
 	env["HTTP_ADDR"] = p.addr
 	env["AUTH_DISABLED"] = "true" // the crash suite is about delivery, not authentication
@@ -335,6 +396,9 @@ func (p *proc) start(failpoints string) error {
 	for {
 		select {
 		case <-life.Done():
+			if mayExit {
+				return nil
+			}
 			return fmt.Errorf("exited before ready: %s", life.Wait(p.t, 0))
 		default:
 		}
@@ -387,7 +451,18 @@ func (p *proc) kill() {
 	}
 	p.harvest()
 	p.current().Kill(p.t)
-	tally.add(func(s *counts) { s.kills++ })
+	p.tallyKill()
+}
+
+// tallyKill counts one kill of the process, in the second hop's too when it is
+// billing calling a provider.
+func (p *proc) tallyKill() {
+	tally.add(func(s *counts) {
+		s.kills++
+		if p.secondHop {
+			s.hop2Kills++
+		}
+	})
 }
 
 // terminate sends SIGTERM and waits, up to stopBound, for the exit. It returns
@@ -414,7 +489,10 @@ func (p *proc) requireDiedAt(t *testing.T, point string) {
 	require.Equal(t, "signal: killed", state.String(), "%s died another way", p.name)
 	line := fmt.Sprintf("failpoint %s: exit", point)
 	require.Contains(t, life.Output.String(), line, "%s did not die at %s", p.name, point)
-	tally.add(func(s *counts) { s.kills++ })
+	p.tallyKill()
+	if point == failpoint.RelayAfterClaim {
+		p.afterClaimExits++
+	}
 }
 
 // harvest adds the duplicates this life counted to duplicates, once per life,

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/internal/standin"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 )
 
@@ -58,6 +61,10 @@ type snapshot struct {
 	outbox      []outboxRow
 	receipts    map[uuid.UUID]bool
 	natsFailed  []string // billing_nats_failed: messages billing terminated
+	// The second hop, read only when billing calls a provider (cluster.provider):
+	// billing_outbox_events, and what the stand-in says it applied.
+	billOutbox []outboxRow
+	provider   *standin.Applied
 }
 
 // read takes a snapshot. Labeling is read before billing, so while deliveries
@@ -84,7 +91,20 @@ func (c *cluster) read(ctx context.Context) (snapshot, error) {
 	var line string
 	err = each(ctx, c.billQ, `SELECT 'seq ' || stream_seq || ' ' || subject || ' msg_id=' || msg_id || ': ' || reason FROM billing_nats_failed`,
 		[]any{&line}, func() { s.natsFailed = append(s.natsFailed, line) })
-	return s, err
+	if err != nil || c.provider == nil {
+		return s, err
+	}
+	// The second hop, read after billing: a row the stand-in applied was
+	// appended before (in the apply that billing committed).
+	if s.billOutbox, err = readOutboxTable(ctx, c.billQ, billingOutboxTable); err != nil {
+		return s, err
+	}
+	a, err := c.provider.fetchApplied()
+	if err != nil {
+		return s, fmt.Errorf("the stand-in provider: %w", err)
+	}
+	s.provider = &a
+	return s, nil
 }
 
 // each runs query on db (either dialect) and calls fn after scanning each row
@@ -114,6 +134,12 @@ func each(ctx context.Context, db *dbtest.DB, query string, dest []any, fn func(
 
 // readOutbox reads outbox_events in created_at order.
 func readOutbox(ctx context.Context, db *dbtest.DB) ([]outboxRow, error) {
+	return readOutboxTable(ctx, db, "outbox_events")
+}
+
+// readOutboxTable reads an outbox table (labeling's outbox_events, billing's
+// billing_outbox_events: the same columns) in created_at order.
+func readOutboxTable(ctx context.Context, db *dbtest.DB, table string) ([]outboxRow, error) {
 	payload := "payload::text"
 	if db.Pool == nil {
 		payload = "payload"
@@ -121,7 +147,7 @@ func readOutbox(ctx context.Context, db *dbtest.DB) ([]outboxRow, error) {
 	var out []outboxRow
 	var r outboxRow
 	err := each(ctx, db, `SELECT id, event_tag, `+payload+`, created_at, available_at, claimed_until,
-		attempts, processed_at, failed_at, last_error FROM outbox_events ORDER BY created_at, id`,
+		attempts, processed_at, failed_at, last_error FROM `+table+` ORDER BY created_at, id`,
 		[]any{&r.ID, &r.Tag, &r.Payload, &r.CreatedAt, &r.AvailableAt, &r.ClaimedUntil, &r.Attempts, &r.ProcessedAt, &r.FailedAt, &r.LastError},
 		func() { out = append(out, r); r = outboxRow{} })
 	return out, err
@@ -172,6 +198,9 @@ func (s snapshot) problems(maxAttempts int) []string {
 			out = append(out, fmt.Sprintf("receipt %s matches no outbox row", id))
 		}
 	}
+	if s.provider != nil {
+		out = append(out, s.secondHopProblems(maxAttempts)...)
+	}
 	sort.Strings(out)
 	return out
 }
@@ -196,6 +225,9 @@ func (c *cluster) requireConverged(t *testing.T) (snapshot, time.Duration) {
 			took := time.Since(start)
 			c.mu.Lock()
 			c.events = len(s.outbox)
+			if s.provider != nil {
+				c.hop2 = s.hop2Figures(c.billing.afterClaimExits)
+			}
 			c.mu.Unlock()
 			tally.add(func(k *counts) {
 				if took > k.convergence {
@@ -203,6 +235,11 @@ func (c *cluster) requireConverged(t *testing.T) (snapshot, time.Duration) {
 				}
 			})
 			t.Logf("invariant holds after %s: %d outbox rows, %d receipts, %d orgs", took.Round(time.Millisecond), len(s.outbox), len(s.receipts), len(s.activeRules))
+			if s.provider != nil {
+				h := c.hop2
+				t.Logf("second hop holds too: %d QuotaChanged rows, each applied once by the provider (%d calls made, %d duplicates absorbed)",
+					len(s.billOutbox), h.calls, h.duplicates)
+			}
 			if c.cfg.transport == transportNATS {
 				c.requireAuditSawEvery(t, s)
 			}
@@ -246,4 +283,135 @@ func (c *cluster) ruleActive(t *testing.T, id uuid.UUID) bool {
 		t.Fatalf("read rule %s: %v", id, err)
 	}
 	return active
+}
+
+// --- the second hop: billing's outbox and the provider ---
+
+// billingOutboxTable is billing's outbox (contract section 2).
+const billingOutboxTable = "billing_outbox_events"
+
+// quotaChanged is the payload of a billing_outbox_events row.
+type quotaChanged struct {
+	OrgID         *uuid.UUID `json:"orgId"`
+	ActiveRules   *int64     `json:"activeRules"`
+	SourceEventID *uuid.UUID `json:"sourceEventId"`
+}
+
+// hop2Figures are one scenario's second-hop figures for the summary.
+type hop2Figures struct {
+	calls      int // calls billing's relay made: claims of its rows past the after-claim point
+	applied    int // changes the provider applied
+	duplicates int // calls the provider absorbed (their key applied before)
+}
+
+// hop2Figures reads the figures off a converged snapshot. Every claim of a row
+// is one attempt (the claim increments attempts); a claim that died at the
+// after-claim point made no call, every other one did.
+func (s snapshot) hop2Figures(afterClaimExits int) hop2Figures {
+	attempts := 0
+	for _, r := range s.billOutbox {
+		attempts += r.Attempts
+	}
+	return hop2Figures{calls: attempts - afterClaimExits, applied: int(s.provider.Applied), duplicates: int(s.provider.Duplicates)}
+}
+
+// secondHopProblems lists, row by row, every way the snapshot breaks the
+// second hop's invariant:
+//   - every billing_outbox_events row is a QuotaChanged, processed (the provider
+//     answered 2xx), none failed, none over the attempt limit;
+//   - every event billing applied (a receipt) has exactly one QuotaChanged row
+//     (none lost: the append is in the apply's transaction; none doubled by a
+//     redelivery), and no row comes from an event billing has no receipt for;
+//   - each row's activeRules is the org's count right after its event: the
+//     running sum of the events' deltas (+1 RuleActivated, -1 RuleDeactivated)
+//     in the rows' order;
+//   - the provider applied exactly as many changes as there are rows: with every
+//     row answered 2xx, each row's key was applied once, and no other key was;
+//   - per org, the provider's count equals labeling's active rules (and so
+//     billing's quota, which the first hop checks).
+func (s snapshot) secondHopProblems(maxAttempts int) []string {
+	var out []string
+	delta := map[uuid.UUID]int64{}
+	for _, r := range s.outbox {
+		switch r.Tag {
+		case "RuleActivated":
+			delta[r.ID] = 1
+		case "RuleDeactivated":
+			delta[r.ID] = -1
+		}
+	}
+	rowsOf := map[uuid.UUID]int{} // QuotaChanged rows per source event
+	running := map[uuid.UUID]int64{}
+	for _, r := range s.billOutbox {
+		switch {
+		case r.FailedAt != nil:
+			out = append(out, "billing outbox row failed: "+r.String())
+		case r.ProcessedAt == nil:
+			out = append(out, "billing outbox row pending (no 2xx from the provider yet): "+r.String())
+		}
+		if r.Attempts > maxAttempts {
+			out = append(out, fmt.Sprintf("billing outbox row over %d attempts: %s", maxAttempts, r))
+		}
+		var q quotaChanged
+		if r.Tag != "QuotaChanged" || json.Unmarshal([]byte(r.Payload), &q) != nil || q.OrgID == nil || q.ActiveRules == nil || q.SourceEventID == nil {
+			out = append(out, "billing outbox row is no QuotaChanged {orgId, activeRules, sourceEventId}: "+r.String())
+			continue
+		}
+		rowsOf[*q.SourceEventID]++
+		d, ok := delta[*q.SourceEventID]
+		if !ok {
+			out = append(out, "billing outbox row from no event of labeling's outbox: "+r.String())
+			continue
+		}
+		running[*q.OrgID] += d
+		if *q.ActiveRules != running[*q.OrgID] {
+			out = append(out, fmt.Sprintf("billing outbox row says activeRules=%d, the org's count after its events in order is %d: %s",
+				*q.ActiveRules, running[*q.OrgID], r))
+		}
+	}
+	for id := range s.receipts {
+		if n := rowsOf[id]; n != 1 {
+			out = append(out, fmt.Sprintf("event %s applied by billing has %d QuotaChanged rows, want 1", id, n))
+		}
+	}
+	for id, n := range rowsOf {
+		if !s.receipts[id] {
+			out = append(out, fmt.Sprintf("%d QuotaChanged rows from event %s, which billing has no receipt for", n, id))
+		}
+	}
+	p := s.provider
+	if p.Applied != int64(len(s.billOutbox)) {
+		out = append(out, fmt.Sprintf("the provider applied %d changes, billing's outbox holds %d QuotaChanged rows", p.Applied, len(s.billOutbox)))
+	}
+	if p.Rejected > 0 {
+		out = append(out, fmt.Sprintf("the provider refused %d calls for their signature", p.Rejected))
+	}
+	orgs := map[uuid.UUID]bool{}
+	for org := range s.activeRules {
+		orgs[org] = true
+	}
+	byOrg := map[uuid.UUID]int64{}
+	for key, n := range p.ByOrg {
+		org, err := uuid.Parse(key)
+		if err != nil {
+			out = append(out, fmt.Sprintf("the provider counts an org %q that is no UUID", key))
+			continue
+		}
+		byOrg[org] = n
+		orgs[org] = true
+	}
+	for org := range orgs {
+		if want, got := s.activeRules[org], byOrg[org]; want != got {
+			out = append(out, fmt.Sprintf("org %s: %d active rules in labeling_rules, the provider counts %d", org, want, got))
+		}
+	}
+	return out
+}
+
+// billingOutboxRows reads billing_outbox_events now.
+func (c *cluster) billingOutboxRows(t *testing.T) []outboxRow {
+	t.Helper()
+	out, err := readOutboxTable(context.Background(), c.billQ, billingOutboxTable)
+	require.NoError(t, err, "read %s", billingOutboxTable)
+	return out
 }

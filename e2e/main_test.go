@@ -79,6 +79,14 @@ type counts struct {
 	partitionRecovery time.Duration
 	convergence       time.Duration
 	slowest           string
+	// The second hop (billing's outbox → the stand-in provider), in the
+	// scenarios that run it.
+	hop2Scenarios      int
+	hop2Kills          int // billing killed while it calls a provider (failpoint exits included)
+	providerOutages    int // SIGKILLs of the stand-in provider
+	providerCalls      int // calls billing's relay made (claims of its rows that got past the after-claim point)
+	providerApplied    int // changes the stand-in applied, one per QuotaChanged row
+	providerDuplicates int // calls the stand-in absorbed: their Idempotency-Key was applied before
 }
 
 func (c *counts) add(f func(c *counts)) {
@@ -105,6 +113,8 @@ func (c *counts) summary(build, total time.Duration) string {
 	s += fmt.Sprintf("events (outbox rows):         %d\n", c.events)
 	s += fmt.Sprintf("duplicates absorbed by receipts: %d (billing_events_total{outcome=\"already_applied\"})\n", c.duplicates)
 	s += fmt.Sprintf("duplicates absorbed by the broker: %d (nats_publishes_total{outcome=\"duplicate\"})\n", c.brokerDuplicates)
+	s += fmt.Sprintf("second hop (billing → provider): %d scenarios; %d kills of billing, %d of the provider; %d provider calls made, %d changes applied, %d duplicates absorbed by the provider (Idempotency-Key)\n",
+		c.hop2Scenarios, c.hop2Kills, c.providerOutages, c.providerCalls, c.providerApplied, c.providerDuplicates)
 	s += fmt.Sprintf("longest convergence:          %s (%s)\n", c.convergence.Round(time.Millisecond), c.slowest)
 	s += fmt.Sprintf("build %s, suite %s\n", build.Round(time.Millisecond), total.Round(time.Millisecond))
 	return s

@@ -2,9 +2,9 @@ package e2e
 
 // The stand-in provider (cmd/provider) for the second hop's scenarios
 // (issue 28): billing's outbox calls it through infra/webhook. The scenarios
-// that run billing with PROVIDER_URL come with billing's wiring; the helpers
-// here start, stop and read the stand-in, and TestStandInBehindTheCall checks
-// them and the two pieces together.
+// that run billing with PROVIDER_URL are in secondhop_test.go (config.provider);
+// the helpers here start, stop and read the stand-in, and
+// TestStandInBehindTheCall checks them and the two pieces together.
 
 import (
 	"context"
@@ -94,19 +94,32 @@ func (s *standIn) down() {
 	require.NotNil(s.t, s.life, "the stand-in is already down")
 	s.life.Kill(s.t)
 	s.life = nil
+	tally.add(func(c *counts) { c.kills++; c.providerOutages++ })
 }
 
 // applied reads GET /applied.
 func (s *standIn) applied() standin.Applied {
 	s.t.Helper()
+	a, err := s.fetchApplied()
+	require.NoError(s.t, err)
+	return a
+}
+
+// fetchApplied reads GET /applied, an error when the stand-in does not answer
+// it (down, or its database unavailable).
+func (s *standIn) fetchApplied() (standin.Applied, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + s.addr + "/applied")
-	require.NoError(s.t, err)
+	if err != nil {
+		return standin.Applied{}, err
+	}
 	defer resp.Body.Close()
-	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		return standin.Applied{}, fmt.Errorf("GET /applied answered %d", resp.StatusCode)
+	}
 	var a standin.Applied
-	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&a))
-	return a
+	err = json.NewDecoder(resp.Body).Decode(&a)
+	return a, err
 }
 
 // TestStandInBehindTheCall: infra/webhook's call and the stand-in agree (the

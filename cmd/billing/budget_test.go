@@ -20,9 +20,13 @@ import (
 // Contract section 5: every component of billing's app that stops declares
 // its share of the stop budget (a hook without one fails here), and the
 // budget is their sum: the drain (HTTP_REQUEST_TIMEOUT + 2s), the NATS
-// consumer 8s (its own share, when it runs), retention 2s, the pool 1s and
-// the spans 1s, under an orchestrator's 30s at the largest accepted
-// HTTP_REQUEST_TIMEOUT.
+// consumer 8s (its own share, when it runs), the provider relay 8s (its own
+// share when it runs alone; within the NATS consumer's when both run),
+// retention 2s, the pool 1s and the spans 1s: at most 29s, under an
+// orchestrator's 30s at the largest accepted HTTP_REQUEST_TIMEOUT.
+// providerSecret is a valid PROVIDER_SECRET (24 bytes), for tests only.
+const providerSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
 func TestStopBudgetIsTheDeclaredShares(t *testing.T) {
 	t.Parallel()
 	background := 2*time.Second + time.Second + time.Second
@@ -33,6 +37,14 @@ func TestStopBudgetIsTheDeclaredShares(t *testing.T) {
 		"http intake only, authentication off": {[]string{"AUTH_DISABLED=true"}, web.MaxRequestTimeout + 2*time.Second + background},
 		"with the nats consumer, authentication on": {
 			[]string{"NATS_URL=nats://127.0.0.1:1", "AUTH_JWKS_URL=http://127.0.0.1:1/jwks", "AUTH_ISSUER=i", "AUTH_AUDIENCE=a"},
+			web.MaxRequestTimeout + 2*time.Second + 8*time.Second + background,
+		},
+		"with the provider relay": {
+			[]string{"AUTH_DISABLED=true", "PROVIDER_URL=http://127.0.0.1:1/webhook", "PROVIDER_SECRET=" + providerSecret},
+			web.MaxRequestTimeout + 2*time.Second + 8*time.Second + background,
+		},
+		"with the nats consumer and the provider relay, which stops within the consumer's share": {
+			[]string{"NATS_URL=nats://127.0.0.1:1", "AUTH_DISABLED=true", "PROVIDER_URL=http://127.0.0.1:1/webhook", "PROVIDER_SECRET=" + providerSecret},
 			web.MaxRequestTimeout + 2*time.Second + 8*time.Second + background,
 		},
 	} {

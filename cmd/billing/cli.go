@@ -9,7 +9,8 @@ import (
 )
 
 // commandTimeout bounds migrate, which may wait for a replica holding the
-// migration lock; a variable so a test can shorten it.
+// migration lock, and the outbox commands, single statements, as labeling's;
+// a variable so a test can shorten it.
 var commandTimeout = service.StartTimeout
 
 // program is the command table, one row a command; each lives in its own file.
@@ -17,7 +18,7 @@ var commandTimeout = service.StartTimeout
 var program = cli.Program{
 	Name:    "billing",
 	Default: "serve",
-	Commands: []cli.Command{
+	Commands: append([]cli.Command{
 		{Name: "serve", Summary: "apply migrations, then serve HTTP (and consume the stream when NATS_URL is set) until SIGINT/SIGTERM", Run: serve},
 		{Name: "migrate", Summary: "apply pending migrations and exit", Run: migrate},
 		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: healthcheck},
@@ -31,7 +32,7 @@ var program = cli.Program{
 			Summary: "check these records of billing_nats_failed again under EVENTS_TOKEN (and EVENTS_TOKEN_PREVIOUS); apply each that passes, once, and delete it",
 			Parse:   parseReplay,
 		},
-	},
+	}, cli.OutboxCommands(withOutboxStore)...),
 	Environment: config.BillingService.Usage(),
 }
 

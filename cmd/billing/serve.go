@@ -45,7 +45,9 @@ func app(cfg config.Billing, authn auth.Settings, lookup config.Lookup) service.
 }
 
 // serveOptions is billing's part of the app: the cleanup, the quota API and
-// the event intake, the console, and the JetStream consumer when configured.
+// the event intake, the console, billing's outbox (its relay calling the
+// provider when PROVIDER_URL is set), and the JetStream consumer when
+// configured.
 func serveOptions(cfg config.Billing) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg.Billing, consoleConfig(cfg)),
@@ -54,6 +56,10 @@ func serveOptions(cfg config.Billing) fx.Option {
 		billing.Module,
 		// The operator pages under /console/: reads, and replay when wired.
 		billing.ConsoleModule,
+		// Billing's outbox and, with PROVIDER_URL, its relay calling the
+		// provider: it stops after the NATS consumer (registered before it),
+		// within its own share or the consumer's (providerRelay).
+		providerRelay(cfg),
 		// Stops after the HTTP server has drained, within its own share.
 		natsConsumer(cfg),
 	)

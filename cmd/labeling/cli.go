@@ -25,18 +25,11 @@ const commandTimeout = service.StartTimeout
 var program = cli.Program{
 	Name:    "labeling",
 	Default: "serve",
-	Commands: []cli.Command{
+	Commands: append([]cli.Command{
 		{Name: "serve", Summary: "apply migrations, then serve HTTP and relay the outbox until SIGINT/SIGTERM", Run: serve},
 		{Name: "migrate", Summary: "apply pending migrations and exit", Run: operator(migrate)},
 		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: healthcheck},
-		{
-			Name:    "outbox failed",
-			Summary: "print the dead-lettered rows, one a line, tab-separated: id, event_tag, attempts, failed_at, last_error",
-			Run:     withStore(outboxFailed),
-		},
-		{Name: "outbox requeue", Args: "ID...", Summary: "make these failed rows pending again, attempts reset to 0", Parse: parseRequeue},
-		{Name: "outbox delete", Args: "ID...", Summary: "delete these rows; refused if any is pending", Parse: cli.NoFlags(parseDelete)},
-	},
+	}, cli.OutboxCommands(withStore)...),
 	Environment: config.LabelingService.Usage(),
 }
 

@@ -9,6 +9,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/infra/webhook"
 )
 
 // Lookup reads one variable; os.LookupEnv fits. It is an alias of the plain
@@ -86,6 +88,14 @@ type Billing struct {
 	Billing billing.Config
 	// Cleanup is the retention's (CLEANUP_INTERVAL).
 	Cleanup retention.Config
+
+	// Relay is the relay of billing's outbox, billing_outbox_events (the
+	// OUTBOX_* variables, as labeling's); it runs only with Provider.URL.
+	Relay outbox.Config
+	// Provider is where the relay calls (PROVIDER_URL; empty: no relay, the
+	// rows are kept and nothing is called) and the secrets that sign
+	// (PROVIDER_SECRET).
+	Provider webhook.Config
 
 	// NATS, when its URL (NATS_URL) is set, makes billing also consume the
 	// stream LABELING_EVENTS (NATS_CREDS, NATS_ACK_WAIT; the durable is
@@ -181,20 +191,9 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		BillingURL:        r.httpURL("BILLING_URL", DefaultBillingURL),
 		ConsoleBillingURL: r.optionalURL("CONSOLE_BILLING_URL", ""),
 		ConsoleTraceURL:   r.optionalURL("CONSOLE_TRACE_URL", "{trace}"),
-		Relay: outbox.Config{
-			PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval, outbox.MaxShortDuration),
-			ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", outbox.DefaultClaimSize, outbox.MaxClaimSize),
-			Workers:            r.positiveInt("OUTBOX_WORKERS", outbox.DefaultWorkers, outbox.MaxClaimSize),
-			HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", outbox.DefaultHandlerTimeout, outbox.MaxShortDuration),
-			Lease:              r.duration("OUTBOX_LEASE", outbox.DefaultLease, outbox.MaxLongDuration),
-			MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, outbox.MaxAttempts),
-			RetryBase:          r.duration("OUTBOX_RETRY_BASE", outbox.DefaultRetryBase, outbox.MaxShortDuration),
-			RetryMax:           r.duration("OUTBOX_RETRY_MAX", outbox.DefaultRetryMax, outbox.MaxLongDuration),
-			ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", outbox.DefaultProcessedRetention, outbox.MaxLongDuration),
-			Notify:             r.boolean("OUTBOX_NOTIFY", outbox.DefaultNotify),
-		},
-		Cleanup: r.cleanup(),
-		Bounds:  r.dbBounds(),
+		Relay:             r.relay(),
+		Cleanup:           r.cleanup(),
+		Bounds:            r.dbBounds(),
 
 		EventsTransport: r.oneOf("EVENTS_TRANSPORT", TransportHTTP, TransportHTTP, TransportNATS),
 	}
@@ -214,6 +213,48 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 	r.check(c.NATS, publisherVars)
 	r.check(c.Relay, relayVars)
 	return c, r.err
+}
+
+// relay reads the OUTBOX_* variables: the relay's settings, the same for
+// labeling's relay and billing's, with outbox's defaults and bounds (the
+// caller checks them with relayVars).
+func (r *reader) relay() outbox.Config {
+	return outbox.Config{
+		PollInterval:       r.duration("OUTBOX_POLL_INTERVAL", outbox.DefaultPollInterval, outbox.MaxShortDuration),
+		ClaimSize:          r.positiveInt("OUTBOX_CLAIM_SIZE", outbox.DefaultClaimSize, outbox.MaxClaimSize),
+		Workers:            r.positiveInt("OUTBOX_WORKERS", outbox.DefaultWorkers, outbox.MaxClaimSize),
+		HandlerTimeout:     r.duration("OUTBOX_HANDLER_TIMEOUT", outbox.DefaultHandlerTimeout, outbox.MaxShortDuration),
+		Lease:              r.duration("OUTBOX_LEASE", outbox.DefaultLease, outbox.MaxLongDuration),
+		MaxAttempts:        r.positiveInt("OUTBOX_MAX_ATTEMPTS", outbox.DefaultMaxAttempts, outbox.MaxAttempts),
+		RetryBase:          r.duration("OUTBOX_RETRY_BASE", outbox.DefaultRetryBase, outbox.MaxShortDuration),
+		RetryMax:           r.duration("OUTBOX_RETRY_MAX", outbox.DefaultRetryMax, outbox.MaxLongDuration),
+		ProcessedRetention: r.duration("OUTBOX_PROCESSED_RETENTION", outbox.DefaultProcessedRetention, outbox.MaxLongDuration),
+		Notify:             r.boolean("OUTBOX_NOTIFY", outbox.DefaultNotify),
+	}
+}
+
+// provider reads PROVIDER_URL (an absolute http(s) URL, or unset: billing
+// calls nothing) and PROVIDER_SECRET (webhook.ParseSecrets; required with
+// PROVIDER_URL, checked whenever set). A bad secret is reported naming the
+// variable and the position of the secret, never quoting it.
+func (r *reader) provider() webhook.Config {
+	c := webhook.Config{URL: r.optionalURL("PROVIDER_URL", "")}
+	secret := r.str("PROVIDER_SECRET", "")
+	if c.URL == "" && secret == "" {
+		return c
+	}
+	secrets, err := webhook.ParseSecrets(secret)
+	if err != nil {
+		if r.err == nil {
+			if secret == "" {
+				err = errors.New("PROVIDER_SECRET: required with PROVIDER_URL")
+			}
+			r.err = err
+		}
+		return c
+	}
+	c.Secrets = secrets
+	return c
 }
 
 // DefaultConsumer is NATS_CONSUMERS' default: billing's durable.
@@ -330,6 +371,8 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 		Cleanup:            r.cleanup(),
 		Bounds:             r.dbBounds(),
 		ConsoleLabelingURL: r.optionalURL("CONSOLE_LABELING_URL", ""),
+		Relay:              r.relay(),
+		Provider:           r.provider(),
 		NATS: stream.ConsumerConfig{
 			URL:     r.natsURL("NATS_URL"),
 			AckWait: r.duration("NATS_ACK_WAIT", stream.DefaultAckWait, stream.MaxAckWait),
@@ -349,6 +392,7 @@ func LoadBilling(lookup Lookup) (Billing, error) {
 	r.check(c.Billing, billingVars)
 	r.check(c.NATS, consumerVars)
 	r.check(c.NATSIntake, intakeVars)
+	r.check(c.Relay, relayVars)
 	return c, r.err
 }
 

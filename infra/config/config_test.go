@@ -351,6 +351,69 @@ func TestLoadBilling(t *testing.T) {
 		require.Equal(t, "secret", c.Billing.EventsToken)
 	})
 
+	t.Run("billing's relay reads the OUTBOX_* variables with labeling's defaults and rules", func(t *testing.T) {
+		t.Parallel()
+		b, err := config.LoadBilling(env(base()))
+		require.NoError(t, err)
+		l, err := config.LoadLabeling(env(base()))
+		require.NoError(t, err)
+		require.Equal(t, l.Relay, b.Relay)
+		kv := base()
+		kv["OUTBOX_MAX_ATTEMPTS"], kv["OUTBOX_PROCESSED_RETENTION"] = "3", "48h"
+		b, err = config.LoadBilling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, 3, b.Relay.MaxAttempts)
+		require.Equal(t, 48*time.Hour, b.Relay.ProcessedRetention)
+		for k, v := range map[string]string{"OUTBOX_LEASE": "29s", "OUTBOX_CLAIM_SIZE": "1001", "OUTBOX_NOTIFY": "maybe", "OUTBOX_RETRY_MAX": "1s"} {
+			kv := base()
+			kv[k] = v
+			_, err := config.LoadBilling(env(kv))
+			require.ErrorContains(t, err, k)
+		}
+	})
+
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	t.Run("PROVIDER_URL unset: no provider, nothing required", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadBilling(env(base()))
+		require.NoError(t, err)
+		require.Empty(t, c.Provider.URL)
+		require.Empty(t, c.Provider.Secrets)
+	})
+
+	t.Run("PROVIDER_URL and PROVIDER_SECRET, several secrets during a rotation", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["PROVIDER_URL"], kv["PROVIDER_SECRET"] = "http://provider:8082/webhook", secret+" "+secret
+		c, err := config.LoadBilling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, "http://provider:8082/webhook", c.Provider.URL)
+		require.Equal(t, []string{secret, secret}, c.Provider.Secrets)
+	})
+
+	for name, tc := range map[string]struct{ url, secret, variable string }{
+		"a provider url without scheme":    {"provider:8082/webhook", secret, "PROVIDER_URL"},
+		"a relative provider url":          {"/webhook", secret, "PROVIDER_URL"},
+		"a provider url without a secret":  {"http://provider:8082/webhook", "", "PROVIDER_SECRET"},
+		"a secret without whsec_":          {"http://provider:8082/webhook", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "PROVIDER_SECRET"},
+		"a secret too short":               {"http://provider:8082/webhook", "whsec_c2hvcnQ=", "PROVIDER_SECRET"},
+		"a bad secret without a url":       {"", "whsec_!!!notbase64", "PROVIDER_SECRET"},
+		"a rotation whose second is wrong": {"http://provider:8082/webhook", secret + " whsec_c2hvcnQ=", "PROVIDER_SECRET"},
+	} {
+		t.Run("rejects "+name+" in one line naming "+tc.variable+", never quoting the secret", func(t *testing.T) {
+			t.Parallel()
+			kv := base()
+			kv["PROVIDER_URL"], kv["PROVIDER_SECRET"] = tc.url, tc.secret
+			_, err := config.LoadBilling(env(kv))
+			require.Error(t, err)
+			require.True(t, strings.HasPrefix(err.Error(), tc.variable+": "), err.Error())
+			require.NotContains(t, err.Error(), "\n")
+			for _, s := range strings.Fields(tc.secret) {
+				require.NotContains(t, err.Error(), strings.TrimPrefix(s, "whsec_"))
+			}
+		})
+	}
+
 	t.Run("rejects a bad retention naming it", func(t *testing.T) {
 		t.Parallel()
 		kv := base()

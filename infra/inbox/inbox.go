@@ -201,6 +201,13 @@ type Consumer[V any] struct {
 	Effect Effect[V]
 	// Failpoints are the crash points passed.
 	Failpoints Failpoints
+	// Committed, if set, is called after each commit with the events whose
+	// receipt was new in it (never empty, in the order applied): what the
+	// effect wrote is durable then, so it may wake whoever reads it (billing:
+	// its outbox relay). It must not block, and it runs at most once per
+	// commit: a transaction that failed or rolled back calls nothing, and a
+	// crash between the commit and the call loses only the call.
+	Committed func(applied []Event[V])
 }
 
 // identifier is what a table or consumer name may be: it is written into SQL
@@ -426,6 +433,7 @@ func (ib *Inbox[V]) commit(ctx context.Context, events []Event[V]) (map[uuid.UUI
 	for attempt := 1; ; attempt++ {
 		fresh, err := ib.d.apply(ctx, events, time.Now().UnixMilli(), ib.beforeCommit())
 		if err == nil {
+			ib.committed(events, fresh)
 			return fresh, nil
 		}
 		if !ib.db.Contention(err) {
@@ -438,6 +446,23 @@ func (ib *Inbox[V]) commit(ctx context.Context, events []Event[V]) (map[uuid.UUI
 		if err := pause(ctx, attempt); err != nil {
 			return nil, ib.classify(err)
 		}
+	}
+}
+
+// committed calls Consumer.Committed with the events of a commit whose
+// receipt was new, if any.
+func (ib *Inbox[V]) committed(events []Event[V], fresh map[uuid.UUID]bool) {
+	if ib.c.Committed == nil || len(fresh) == 0 {
+		return
+	}
+	applied := make([]Event[V], 0, len(fresh))
+	for _, e := range events {
+		if fresh[e.ID] {
+			applied = append(applied, e)
+		}
+	}
+	if len(applied) > 0 {
+		ib.c.Committed(applied)
 	}
 }
 

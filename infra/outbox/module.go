@@ -21,7 +21,13 @@ var StopShare = stopbudget.Share{Name: "relay", Timeout: 8 * time.Second}
 // and registers the retention of processed rows with the cleanup. The app supplies
 // Config, []Subscriber, the Store of its database (NewStore) and *slog.Logger.
 // Its stop (the relay's, and its gauges') takes at most StopShare.
-var Module = stopbudget.Module(StopShare, fx.Module("outbox",
+var Module = stopbudget.Module(StopShare, Components)
+
+// Components is Module without a share of the stop budget of its own: for an
+// app in which the relay stops within another component's share
+// (stopbudget.Part), as billing's relay does within its NATS consumer's when
+// both run, so that the total stays under the orchestrator's grace.
+var Components = fx.Module("outbox",
 	fx.Provide(
 		fx.Annotate(NewRelay, fx.As(fx.Self()), fx.As(new(Nudger))),
 		fx.Annotate(
@@ -45,7 +51,7 @@ var Module = stopbudget.Module(StopShare, fx.Module("outbox",
 			OnStop:  func(context.Context) error { prometheus.Unregister(c); return nil },
 		})
 	}),
-))
+)
 
 // ProcessedRetention is the retention of processed outbox rows of store: those
 // processed more than keep ago are deleted, in chunks. Pending and failed rows

@@ -53,6 +53,21 @@ func Append[TX any](ctx context.Context, store Appender[TX], tx TX, event Event)
 	return id, nil
 }
 
+// CountAppended counts n rows of tag appended to table by a statement of the
+// caller's own instead of Append: a set-based insert written into a larger
+// statement, such as billing's apply, which inserts its QuotaChanged rows in
+// the one statement of its receipts and its change. The rows must be what
+// Append writes (a fresh UUIDv7 id, the tag, the JSON payload, created_at and
+// available_at the same epoch ms, no attempt). Call it after the commit, with
+// the rows that committed, and Nudge the relay as after Append: the relay's
+// TABLE_events_appended_total then counts them as it counts Append's. table
+// is checked as WithTable's is.
+func CountAppended(table, tag string, n int) {
+	if n > 0 {
+		metricsFor(tableOf([]StoreOption{WithTable(table)})).appended.WithLabelValues(tag).Add(float64(n))
+	}
+}
+
 // Nudger wakes a relay at once instead of at its next poll. Use cases call Nudge
 // after their transaction commits; it never blocks and never fails.
 type Nudger interface {

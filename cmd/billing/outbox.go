@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/infra/cli"
+	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/outbox"
+)
+
+// withOutboxStore runs fn as an operator command with the outbox store of
+// DATABASE_URL's database (either dialect) on billing_outbox_events: the store
+// of the shared `outbox …` commands (cli.OutboxCommands), which behave as
+// labeling's do (contract sections 1 and 10). It reads DATABASE_URL and the
+// DB_* bounds only, runs within commandTimeout and stops on SIGINT or
+// SIGTERM, as labeling's operator commands do.
+func withOutboxStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
+	return func(lookup config.Lookup, stdout, stderr io.Writer) error {
+		cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
+		if err != nil {
+			return err
+		}
+		return cli.Bounded(commandTimeout, func(ctx context.Context) error {
+			db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+			if err != nil {
+				return fmt.Errorf("DATABASE_URL: %w", err)
+			}
+			defer db.Close()
+			return fn(ctx, outbox.NewStore(db, outbox.WithTable(billing.OutboxTable)), stdout, stderr)
+		})
+	}
+}
