@@ -128,10 +128,10 @@ const needsDocker = "needs Docker: run by deploy/smoke.sh in the GitHub workflow
 // drift.
 var unrunCommands = map[string]string{
 	"docker compose up": needsDocker,
-	// The no-install command takes the fixed ports 8080 and 8081 and ./data;
+	// The no-install command takes the fixed ports 8080, 8081 and 8082 and ./data;
 	// TestWalkthrough starts the same binaries with the variables it exports
 	// (noInstallEnv), on free ports.
-	`(export EVENTS_TOKEN=dev-token AUTH_DISABLED=true; trap 'kill 0' TERM; go run ./cmd/billing > billing.log 2>&1 & go run ./cmd/labeling > labeling.log 2>&1 & wait) &`: "fixed ports and ./data: TestWalkthrough starts the pair with its variables",
+	`(export EVENTS_TOKEN=dev-token AUTH_DISABLED=true PROVIDER_URL=http://127.0.0.1:8082/webhook PROVIDER_SECRET=whsec_ZGV2LXByb3ZpZGVyLXNlY3JldC1jaGFuZ2UtbWUhISE=; trap 'kill 0' TERM; go run ./cmd/provider > provider.log 2>&1 & go run ./cmd/billing > billing.log 2>&1 & go run ./cmd/labeling > labeling.log 2>&1 & wait) &`: "fixed ports and ./data: TestWalkthrough starts the pair with its variables",
 	// The PostgreSQL path without Docker creates databases on the reader's
 	// server and takes the fixed ports; TestWalkthrough/postgres runs the same
 	// binaries and walk-through on fresh PostgreSQL databases.

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,7 @@ func noInstallEnv(t *testing.T) map[string]string {
 
 var buildBinaries = sync.OnceValues(func() (map[string]string, error) {
 	bins := map[string]string{}
-	for _, name := range []string{"labeling", "billing"} {
+	for _, name := range []string{"labeling", "billing", "provider"} {
 		path, err := proctest.Binary("./cmd/" + name)
 		if err != nil {
 			return nil, err
@@ -74,7 +75,7 @@ var buildBinaries = sync.OnceValues(func() (map[string]string, error) {
 	return bins, nil
 })
 
-// binaries builds cmd/labeling and cmd/billing once per test binary.
+// binaries builds cmd/labeling, cmd/billing and cmd/provider once per test binary.
 func builtBinaries(t *testing.T) map[string]string {
 	t.Helper()
 	bins, err := buildBinaries()
@@ -82,10 +83,11 @@ func builtBinaries(t *testing.T) map[string]string {
 	return bins
 }
 
-// startPair starts billing, then labeling delivering to it, each on a free
-// loopback port and its own database, with env added to both; it returns their
-// base URLs.
-func startPair(t *testing.T, env map[string]string, labelingDB, billingDB string) (labeling, billing string) {
+// startPair starts the stand-in provider, billing calling it, then labeling
+// delivering to billing, each on a free loopback port and its own database,
+// with env added to all three (PROVIDER_URL then names the provider's port);
+// it returns their base URLs.
+func startPair(t *testing.T, env map[string]string, labelingDB, billingDB string) (labeling, billing, provider string) {
 	t.Helper()
 	bins := builtBinaries(t)
 	with := func(extra map[string]string) map[string]string {
@@ -97,10 +99,16 @@ func startPair(t *testing.T, env map[string]string, labelingDB, billingDB string
 		}
 		return out
 	}
-	b := proctest.Start(t, bins["billing"], with(map[string]string{"DATABASE_URL": billingDB}), "serve")
+	p := proctest.Start(t, bins["provider"], with(map[string]string{
+		"PROVIDER_ADDR": "127.0.0.1:0", "PROVIDER_DB": filepath.Join(t.TempDir(), "provider.db")}), "serve")
+	provider = "http://" + p.ListenAddr(t)
+	require.NotEmpty(t, env["PROVIDER_URL"], "the no-install command sets PROVIDER_URL")
+	u, err := url.Parse(env["PROVIDER_URL"])
+	require.NoError(t, err)
+	b := proctest.Start(t, bins["billing"], with(map[string]string{"DATABASE_URL": billingDB, "PROVIDER_URL": provider + u.Path}), "serve")
 	billing = "http://" + b.ListenAddr(t)
 	l := proctest.Start(t, bins["labeling"], with(map[string]string{"DATABASE_URL": labelingDB, "BILLING_URL": billing}), "serve")
-	return "http://" + l.ListenAddr(t), billing
+	return "http://" + l.ListenAddr(t), billing, provider
 }
 
 // TestWalkthrough runs docs/walkthrough.sh with bash against the real binaries,
@@ -123,7 +131,7 @@ func TestWalkthrough(t *testing.T) {
 			case "sqlite with authentication as the Quick start":
 				env, scriptEnv = withAuthentication(t, env)
 			}
-			labeling, billing := startPair(t, env, labelingDB, billingDB)
+			labeling, billing, provider := startPair(t, env, labelingDB, billingDB)
 
 			// Bounded: the script's own waits are 5 minutes for readiness (the
 			// services are up already here) and 30s for each quota.
@@ -133,11 +141,12 @@ func TestWalkthrough(t *testing.T) {
 			cmd.Dir = root
 			// Nothing on PATH but what the script says it needs: a jq or a
 			// uuidgen slipped into it fails here, not on a reader's machine.
-			cmd.Env = append([]string{"PATH=" + toolDir(t, "curl", "sleep"), "LABELING=" + labeling, "BILLING=" + billing}, scriptEnv...)
+			cmd.Env = append([]string{"PATH=" + toolDir(t, "curl", "sleep"), "LABELING=" + labeling, "BILLING=" + billing, "PROVIDER=" + provider}, scriptEnv...)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "bash %s:\n%s", walkthroughScript, out)
 			require.True(t, strings.HasSuffix(string(out), "walkthrough: ok\n"), "%s", out)
 			require.Contains(t, string(out), `"activeRules":1}`)
+			require.Contains(t, string(out), `"applied":1,`, "the quota change reached the provider")
 		})
 	}
 }

@@ -8,6 +8,8 @@
 set -euo pipefail
 LABELING=${LABELING:-http://localhost:8080}
 BILLING=${BILLING:-http://localhost:8081}
+# The stand-in provider billing calls with each quota change (PROVIDER_URL).
+PROVIDER=${PROVIDER:-http://localhost:8082}
 # With authentication on (the Docker Quick start): AUTH is the Authorization
 # header of a token for ORG, and OTHER_ORG an org the token does not cover.
 AUTH=${AUTH:-}
@@ -42,10 +44,21 @@ quota() {
   echo "walkthrough: quota never reached $1: $got" >&2; exit 1
 }
 
-# Wait for both services: go run compiles them first, a few minutes on a fresh clone.
+# applied N: the provider applied a change of the org to N active rules (its
+# byOrg); billing's relay calls it asynchronously, so ask again for up to 30s.
+applied() {
+  local got= i
+  for ((i = 0; i < 150; i++)); do
+    got=$(curl -sS "$PROVIDER/applied") && [[ $got == *"\"$ORG\":$1"[,}]* ]] && { echo "$got"; return; }
+    sleep 0.2
+  done
+  echo "walkthrough: the provider never applied $1 for the org: $got" >&2; exit 1
+}
+
+# Wait for the services: go run compiles them first, a few minutes on a fresh clone.
 for ((i = 1; ; i++)); do
-  curl -sf "$LABELING/readyz" >/dev/null && curl -sf "$BILLING/readyz" >/dev/null && break
-  ((i < 600)) || { echo "walkthrough: the services are not ready; see labeling.log and billing.log" >&2; exit 1; }
+  curl -sf "$LABELING/readyz" >/dev/null && curl -sf "$BILLING/readyz" >/dev/null && curl -sf "$PROVIDER/healthz" >/dev/null && break
+  ((i < 600)) || { echo "walkthrough: the services are not ready; see labeling.log, billing.log and provider.log" >&2; exit 1; }
   sleep 0.5
 done
 
@@ -56,6 +69,9 @@ check 201 '"active":false' -X POST "$LABELING/v1/orgs/$ORG/rules" -H 'Content-Ty
 check 200 '"active":true' -X POST "$LABELING/v1/orgs/$ORG/rules/$RULE/activate"
 # The relay delivers it to billing: the org's quota counts 1 active rule.
 quota 1
+# Billing appended QuotaChanged in that transaction, and its own relay calls
+# the provider, signed: the provider's applied count shows the org at 1.
+applied 1
 # Activating again changes nothing and appends nothing: the count stays 1.
 check 200 '"active":true' -X POST "$LABELING/v1/orgs/$ORG/rules/$RULE/activate"
 # Deactivate it (RuleDeactivated), and the count goes back to 0.
