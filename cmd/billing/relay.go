@@ -36,7 +36,9 @@ func providerRelay(cfg config.Billing) fx.Option {
 	if cfg.Provider.URL == "" {
 		return fx.Options(store,
 			fx.Provide(fx.Annotate(
-				func(s outbox.Store) retention.Policy { return outbox.ProcessedRetention(s, cfg.Relay.ProcessedRetention) },
+				func(s outbox.Store) retention.Policy {
+					return outbox.ProcessedRetention(s, cfg.Relay.ProcessedRetention)
+				},
 				fx.ResultTags(`group:"retention"`),
 			)),
 			fx.Invoke(func(logger *slog.Logger) {
