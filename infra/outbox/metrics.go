@@ -32,31 +32,16 @@ func metricPrefix(table string) string { return strings.TrimSuffix(table, "_even
 
 func newMetrics(table string) *metrics {
 	p := metricPrefix(table)
+	byTag := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"tag"})
+	}
 	return &metrics{
-		appended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: p + "_events_appended_total",
-			Help: "Outbox rows appended (counted when the INSERT succeeds; a rolled-back transaction still counts).",
-		}, []string{"tag"}),
-		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: p + "_events_claimed_total",
-			Help: "Outbox rows claimed by a relay (each claim is one attempt).",
-		}, []string{"tag"}),
-		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: p + "_events_processed_total",
-			Help: "Outbox rows settled as processed.",
-		}, []string{"tag"}),
-		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: p + "_events_retried_total",
-			Help: "Failed attempts settled with a durable retry delay.",
-		}, []string{"tag"}),
-		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: p + "_events_dead_lettered_total",
-			Help: "Outbox rows that got failed_at (attempts exhausted or a permanent error).",
-		}, []string{"tag"}),
-		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: p + "_settles_fenced_total",
-			Help: "Settles that changed nothing because the row had been reclaimed elsewhere (a lease ran out).",
-		}, []string{"tag"}),
+		appended:  byTag(p+"_events_appended_total", "Outbox rows appended (counted when the INSERT succeeds; a rolled-back transaction still counts)."),
+		claimed:   byTag(p+"_events_claimed_total", "Outbox rows claimed by a relay (each claim is one attempt)."),
+		processed: byTag(p+"_events_processed_total", "Outbox rows settled as processed."),
+		retried:   byTag(p+"_events_retried_total", "Failed attempts settled with a durable retry delay."),
+		dead:      byTag(p+"_events_dead_lettered_total", "Outbox rows that got failed_at (attempts exhausted or a permanent error)."),
+		fenced:    byTag(p+"_settles_fenced_total", "Settles that changed nothing because the row had been reclaimed elsewhere (a lease ran out)."),
 		dispatchSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    p + "_dispatch_duration_seconds",
 			Help:    "Duration of one row's dispatch through its handlers, by outcome (ok, error, abandoned).",
