@@ -187,9 +187,13 @@ func open(ctx context.Context, dbURL string, b sqldb.Bounds, every time.Duration
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
+	busy := b.LockTimeout
+	if busy <= 0 {
+		busy = defaultBusy
+	}
 	// The writer opens the file first: it creates it and switches it to WAL
 	// before any reader opens it read-only.
-	if err := w.PingContext(ctx); err != nil {
+	if err := firstOpen(ctx, w, busy); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -200,14 +204,33 @@ func open(ctx context.Context, dbURL string, b sqldb.Bounds, every time.Duration
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	busy := b.LockTimeout
-	if busy <= 0 {
-		busy = defaultBusy
-	}
 	loop, stop := context.WithCancel(context.Background())
 	db := &DB{Path: path, Created: created, Write: w, Read: r, bounds: b, busy: busy, stop: stop, done: make(chan struct{})}
 	go db.checkpoints(loop, every)
 	return db, nil
+}
+
+// firstOpen opens the writer's connection, whose pragmas switch a new file to
+// WAL. That switch needs the file's exclusive lock, and SQLite answers
+// SQLITE_BUSY at once, without its busy handler, when another process is
+// switching the same new file (replicas starting together): so a busy open is
+// tried again, for up to the busy timeout, as any other wait for a lock is.
+func firstOpen(ctx context.Context, w *sql.DB, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	pause := 5 * time.Millisecond
+	for {
+		err := w.PingContext(ctx)
+		var e *sqlite.Error
+		if err == nil || !errors.As(err, &e) || e.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
 }
 
 // checkpoints runs Checkpoint every interval until ctx ends. SQLite's own
