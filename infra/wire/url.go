@@ -48,15 +48,17 @@ func RedactURL(raw string) string {
 // the same chain as before.
 func RedactURLs(err error) error {
 	for e := err; e != nil; {
-		if ue, ok := e.(*url.Error); ok {
+		// Each link is looked at once, by hand: errors.As stops at the first
+		// url.Error, and a joined error may hold several.
+		if ue, ok := e.(*url.Error); ok { //nolint:errorlint // walks the chain itself
 			ue.URL = RedactURL(ue.URL)
 		}
-		switch w := e.(type) {
+		switch w := e.(type) { //nolint:errorlint // walks the chain itself
 		case interface{ Unwrap() error }:
 			e = w.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, inner := range w.Unwrap() {
-				RedactURLs(inner)
+				_ = RedactURLs(inner)
 			}
 			return err
 		default:
