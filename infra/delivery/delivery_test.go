@@ -289,6 +289,12 @@ func TestNew(t *testing.T) {
 		})
 	}
 
+	t.Run("a refused base URL is quoted without its credentials", func(t *testing.T) {
+		t.Parallel()
+		_, err := delivery.New(delivery.Config{BaseURL: "ftp://user:pw@billing/in?token=s3cret", Token: token}, slog.Default())
+		require.EqualError(t, err, `BILLING_URL: "ftp://billing/in" is not an http(s) URL`)
+	})
+
 	t.Run("an empty token is refused naming EVENTS_TOKEN", func(t *testing.T) {
 		t.Parallel()
 		_, err := delivery.New(delivery.Config{BaseURL: "http://localhost:8081"}, slog.Default())
