@@ -27,6 +27,7 @@ import (
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/infra/webhook"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // Lookup reads one variable; os.LookupEnv fits. It is an alias of the plain
@@ -505,16 +506,20 @@ func (r *reader) databaseURL(def string) (v string, defaulted bool) {
 	return v, false
 }
 
+// httpURL reads an http(s) URL. A refused one is quoted as wire.RedactURL
+// quotes it, without the userinfo, query and fragment that may hold a
+// credential.
 func (r *reader) httpURL(name, def string) string {
 	v := r.str(name, def)
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		r.fail(name, "%q is not an http(s) URL", v)
+		r.fail(name, "%q is not an http(s) URL", wire.RedactURL(v))
 	}
 	return v
 }
 
 // optionalURL is an http(s) URL or empty; a non-empty one must contain must.
+// A refused one is quoted as httpURL quotes it.
 func (r *reader) optionalURL(name, must string) string {
 	v := r.str(name, "")
 	if v == "" {
@@ -522,11 +527,11 @@ func (r *reader) optionalURL(name, must string) string {
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		r.fail(name, "%q is not an http(s) URL", v)
+		r.fail(name, "%q is not an http(s) URL", wire.RedactURL(v))
 		return ""
 	}
 	if !strings.Contains(v, must) {
-		r.fail(name, "%q does not contain %s", v, must)
+		r.fail(name, "%q does not contain %s", wire.RedactURL(v), must)
 	}
 	return v
 }

@@ -545,3 +545,32 @@ func TestLoadCommandReadsOnlyTheDatabase(t *testing.T) {
 	require.Equal(t, 3*time.Second, c.LockTimeout)
 	require.Equal(t, config.DefaultLabelingDatabase, c.DatabaseURL)
 }
+
+// TestRefusedURLsAreQuotedWithoutCredentials: a URL setting refused at start
+// is quoted as scheme://host/path, without the userinfo and query an operator
+// may have put a credential in.
+func TestRefusedURLsAreQuotedWithoutCredentials(t *testing.T) {
+	t.Parallel()
+	const bad = "ftp://user:pw@host:21/in?token=s3cret#frag"
+	for _, tc := range []struct {
+		variable, value, want string
+		load                  func(config.Lookup) error
+	}{
+		{"BILLING_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadLabeling},
+		{"CONSOLE_BILLING_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadLabeling},
+		{"CONSOLE_TRACE_URL", "http://user:pw@jaeger/trace?token=s3cret", `"http://jaeger/trace" does not contain {trace}`, loadLabeling},
+		{"CONSOLE_LABELING_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadBilling},
+		{"PROVIDER_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadBilling},
+	} {
+		t.Run(tc.variable+" is refused quoting its scheme, host and path only", func(t *testing.T) {
+			t.Parallel()
+			kv := base()
+			kv[tc.variable] = tc.value
+			err := tc.load(env(kv))
+			require.EqualError(t, err, tc.variable+": "+tc.want)
+		})
+	}
+}
+
+func loadLabeling(l config.Lookup) error { _, err := config.LoadLabeling(l); return err }
+func loadBilling(l config.Lookup) error  { _, err := config.LoadBilling(l); return err }

@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/acme/outboxpair/infra/outbox"
@@ -51,6 +50,7 @@ type Config struct {
 type Client struct {
 	http   *http.Client
 	url    string
+	scrub  wire.Scrubber // hides url's credentials in a quoted answer
 	auth   string
 	logger *slog.Logger
 }
@@ -60,7 +60,7 @@ type Client struct {
 func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("BILLING_URL: %q is not an http(s) URL", cfg.BaseURL)
+		return nil, fmt.Errorf("BILLING_URL: %q is not an http(s) URL", wire.RedactURL(cfg.BaseURL))
 	}
 	if cfg.Token == "" {
 		return nil, errors.New("EVENTS_TOKEN: required but not set")
@@ -84,8 +84,10 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	return &Client{
 		// With tracing on, each delivery is a client span under the relay's
 		// process span and carries its traceparent (telemetry.Transport).
-		http:   &http.Client{Transport: telemetry.Transport(t), Timeout: cfg.Timeout},
-		url:    strings.TrimRight(cfg.BaseURL, "/") + Path,
+		http: &http.Client{Transport: telemetry.Transport(t), Timeout: cfg.Timeout},
+		// Joined, not appended: a query in BILLING_URL stays the query.
+		url:    u.JoinPath(Path).String(),
+		scrub:  wire.NewScrubber(cfg.BaseURL),
 		auth:   "Bearer " + cfg.Token,
 		logger: logger,
 	}, nil
@@ -95,7 +97,10 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 // nil only on a 2xx answer, which Billing gives after its commit. A 400, or a
 // message that cannot be encoded, is returned wrapped with outbox.Permanent; every
 // other outcome is an ordinary error the relay retries. The error quotes the
-// status and the start of the answer, never the token.
+// status and the start of the answer, never the token, and BILLING_URL only as
+// scheme://host/path (wire.RedactURL), the answer with BILLING_URL's query
+// values and userinfo hidden (wire.Scrubber): a credential there reaches
+// neither last_error nor the log.
 func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 	payload, err := Envelope(m)
 	if err != nil {
@@ -103,7 +108,7 @@ func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(payload))
 	if err != nil {
-		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, err)
+		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, wire.RedactURLs(err))
 	}
 	req.Header.Set("Authorization", c.auth)
 	req.Header.Set("Idempotency-Key", m.ID.String())
@@ -112,7 +117,9 @@ func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, err)
+		// Go's text quotes the URL with its query and user name: the error
+		// becomes last_error and a WARN line.
+		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, wire.RedactURLs(err))
 	}
 	defer func() {
 		// Read what is left (bounded) so the connection goes back to the pool.
@@ -124,23 +131,11 @@ func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 			"status", resp.StatusCode, "duration_ms", time.Since(start).Milliseconds())
 		return nil
 	}
-	err = fmt.Errorf("deliver %s %s: billing answered %s: %s", m.Tag, m.ID, resp.Status, snippet(resp.Body))
+	err = fmt.Errorf("deliver %s %s: billing answered %s: %s", m.Tag, m.ID, resp.Status, c.scrub.Snippet(resp.Body, snippetBytes))
 	if resp.StatusCode == http.StatusBadRequest {
 		return outbox.Permanent(err)
 	}
 	return err
-}
-
-// snippet returns the start of an error answer, on one line and valid UTF-8.
-func snippet(r io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(r, snippetBytes))
-	// The cut may split a character: drop the broken bytes.
-	s := strings.ToValidUTF8(string(b), "")
-	s = strings.Join(strings.Fields(s), " ")
-	if s == "" {
-		return "(empty body)"
-	}
-	return s
 }
 
 // Subscriber returns an outbox subscriber of E's tag that delivers each row to

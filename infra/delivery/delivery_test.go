@@ -21,6 +21,10 @@ import (
 
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/internal/testsupport/relaytest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 const token = "delivery-test-token"
@@ -285,6 +289,12 @@ func TestNew(t *testing.T) {
 		})
 	}
 
+	t.Run("a refused base URL is quoted without its credentials", func(t *testing.T) {
+		t.Parallel()
+		_, err := delivery.New(delivery.Config{BaseURL: "ftp://user:pw@billing/in?token=s3cret", Token: token}, slog.Default())
+		require.EqualError(t, err, `BILLING_URL: "ftp://billing/in" is not an http(s) URL`)
+	})
+
 	t.Run("an empty token is refused naming EVENTS_TOKEN", func(t *testing.T) {
 		t.Parallel()
 		_, err := delivery.New(delivery.Config{BaseURL: "http://localhost:8081"}, slog.Default())
@@ -343,4 +353,56 @@ func TestSubscriber(t *testing.T) {
 		require.Error(t, err)
 		require.False(t, outbox.IsPermanent(err))
 	})
+}
+
+// TestURLCredentialsAreNeverQuoted: BILLING_URL carries a user, a password and
+// a token in its query, which reach billing (the query is kept before the
+// path is joined). Whether nothing listens or billing answers 500 (retried)
+// or 400 (dead-lettered) with an answer that echoes the request target, the
+// row's last_error and every log line quote the call without them.
+func TestURLCredentialsAreNeverQuoted(t *testing.T) {
+	t.Parallel()
+	echo := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(code)
+			_, _ = io.WriteString(w, "cannot take POST "+r.URL.RequestURI())
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		answer http.HandlerFunc // nil: nothing listens
+		want   string           // in last_error; {addr} is billing's
+		failed bool
+	}{
+		{"a refused connection is retried, quoted without them", nil,
+			`Post "http://{addr}/internal/v1/events": dial tcp {addr}: connect: connection refused`, false},
+		{"a 500 is retried, its answer quoted without them", echo(http.StatusInternalServerError),
+			"billing answered 500 Internal Server Error: cannot take POST /internal/v1/events?***", false},
+		{"a 400 is dead-lettered, its answer quoted without them", echo(http.StatusBadRequest),
+			"billing answered 400 Bad Request: cannot take POST /internal/v1/events?***", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+				addr := relaytest.ClosedAddr(t)
+				if c.answer != nil {
+					addr = strings.TrimPrefix(setup(t, c.answer).srv.URL, "http://")
+				}
+				log := relaytest.NewLog()
+				client, err := delivery.New(delivery.Config{
+					BaseURL: "http://user:pw@" + addr + "?token=s3cret", Token: token, Timeout: 5 * time.Second,
+				}, log.Logger)
+				require.NoError(t, err)
+				f := relaytest.Fail(t, dbtest.New(t, d, migrations.Labeling), outbox.DefaultTable, "RuleActivated",
+					string(message().Payload), delivery.Subscriber[ruleActivated](client), log)
+				require.Contains(t, f.LastError, strings.ReplaceAll(c.want, "{addr}", addr))
+				require.Equal(t, c.failed, f.Failed, "dead-lettered")
+				for _, text := range []string{f.LastError, f.Log} {
+					require.NotContains(t, text, "s3cret")
+					require.NotContains(t, text, "pw")
+					require.NotContains(t, text, "user")
+				}
+			})
+		})
+	}
 }

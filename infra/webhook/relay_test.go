@@ -2,7 +2,9 @@ package webhook_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/infra/webhook"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/internal/testsupport/relaytest"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -87,4 +90,61 @@ func TestThroughTheRelay(t *testing.T) {
 		require.NoError(t, wh.Verify(r.body, r.header))
 	}
 	require.Equal(t, got[0].body, got[1].body, "the same body")
+}
+
+// TestURLCredentialsAreNeverQuoted: PROVIDER_URL carries a user, a password
+// and a token in its query. Whether nothing listens, the provider answers 500
+// (retried) or 400 (dead-lettered) with an error page that echoes the request
+// target, or it redirects repeating the query, the row's last_error and every
+// log line quote the call without them.
+func TestURLCredentialsAreNeverQuoted(t *testing.T) {
+	t.Parallel()
+	echo := func(code int) func(http.ResponseWriter, *http.Request, int) {
+		return func(w http.ResponseWriter, r *http.Request, _ int) {
+			w.WriteHeader(code)
+			_, _ = io.WriteString(w, "cannot take POST "+r.URL.RequestURI())
+		}
+	}
+	redirect := func(w http.ResponseWriter, r *http.Request, _ int) {
+		http.Redirect(w, r, "https://"+r.Host+r.URL.RequestURI(), http.StatusPermanentRedirect)
+	}
+	for _, c := range []struct {
+		name   string
+		answer func(http.ResponseWriter, *http.Request, int) // nil: nothing listens
+		want   string                                        // in last_error; {addr} is the provider's
+		failed bool
+	}{
+		{"a refused connection is retried, quoted without them", nil,
+			`Post "http://{addr}/hooks": dial tcp {addr}: connect: connection refused`, false},
+		{"a 500 is retried, its answer quoted without them", echo(http.StatusInternalServerError),
+			"provider answered 500 Internal Server Error: cannot take POST /hooks?***", false},
+		{"a 400 is dead-lettered, its answer quoted without them", echo(http.StatusBadRequest),
+			"provider answered 400 Bad Request: cannot take POST /hooks?***", true},
+		{"a redirect repeating the query is quoted without it", redirect,
+			`redirect to "https://{addr}/hooks" not followed`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+				addr := relaytest.ClosedAddr(t)
+				if c.answer != nil {
+					addr = strings.TrimPrefix(newProvider(t, c.answer).URL, "http://")
+				}
+				log := relaytest.NewLog()
+				client, err := webhook.New(webhook.Config{
+					URL: "http://user:pw@" + addr + "/hooks?token=s3cret", Secrets: []string{newSecret(t)}, Timeout: 5 * time.Second,
+				}, log.Logger)
+				require.NoError(t, err)
+				f := relaytest.Fail(t, dbtest.New(t, d, migrations.Billing), "billing_outbox_events", "QuotaChanged",
+					`{"orgId":"0197a3c2-6a1e-7c3b-9f1d-2b4e5a6c7d8e","activeRules":3}`, webhook.Subscriber[quotaChanged](client), log)
+				require.Contains(t, f.LastError, strings.ReplaceAll(c.want, "{addr}", addr))
+				require.Equal(t, c.failed, f.Failed, "dead-lettered")
+				for _, text := range []string{f.LastError, f.Log} {
+					require.NotContains(t, text, "s3cret")
+					require.NotContains(t, text, "pw")
+					require.NotContains(t, text, "user")
+				}
+			})
+		})
+	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/telemetry"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 const (
@@ -121,6 +122,7 @@ func checkSecret(secret string) error {
 type Client struct {
 	http    *http.Client
 	url     string
+	scrub   wire.Scrubber // hides url's credentials in a quoted answer
 	signers []*standardwebhooks.Webhook
 	logger  *slog.Logger
 	now     func() time.Time
@@ -133,7 +135,7 @@ type Client struct {
 func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("PROVIDER_URL: %q is not an absolute http(s) URL", cfg.URL)
+		return nil, fmt.Errorf("PROVIDER_URL: %q is not an absolute http(s) URL", wire.RedactURL(cfg.URL))
 	}
 	if len(cfg.Secrets) == 0 {
 		return nil, errors.New("PROVIDER_SECRET: required but not set")
@@ -181,6 +183,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		url:     cfg.URL,
+		scrub:   wire.NewScrubber(cfg.URL),
 		signers: signers,
 		logger:  logger.With("component", "webhook"),
 		now:     time.Now,
@@ -210,7 +213,11 @@ func IdempotencyKey(id uuid.UUID) string { return id.String() }
 //   - no answer (refused, timed out, reset): a failed attempt.
 //
 // The error names the row and quotes the status and the start of the answer
-// (at most 256 bytes, on one line), never a secret.
+// (at most 256 bytes, on one line), never a secret: a URL it quotes
+// (PROVIDER_URL, a Location) is scheme://host/path only (wire.RedactURL), and
+// the answer is quoted with PROVIDER_URL's query values and userinfo hidden
+// (wire.Scrubber: an error page may echo the request target), so a credential
+// there reaches neither last_error nor the log.
 func (c *Client) Call(ctx context.Context, m outbox.Message) error {
 	body, err := delivery.Envelope(m)
 	if err != nil {
@@ -218,7 +225,7 @@ func (c *Client) Call(ctx context.Context, m outbox.Message) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("call provider for %s %s: %w", m.Tag, m.ID, err)
+		return fmt.Errorf("call provider for %s %s: %w", m.Tag, m.ID, wire.RedactURLs(err))
 	}
 	id := m.ID.String()
 	now := c.now()
@@ -240,7 +247,9 @@ func (c *Client) Call(ctx context.Context, m outbox.Message) error {
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("call provider for %s %s: %w", m.Tag, m.ID, err)
+		// Go's text quotes the URL with its query and user name: the error
+		// becomes last_error and a WARN line.
+		return fmt.Errorf("call provider for %s %s: %w", m.Tag, m.ID, wire.RedactURLs(err))
 	}
 	defer func() {
 		// Read what is left (bounded) so the connection goes back to the pool.
@@ -253,7 +262,7 @@ func (c *Client) Call(ctx context.Context, m outbox.Message) error {
 			"status", status, "duration_ms", time.Since(start).Milliseconds())
 		return nil
 	}
-	err = fmt.Errorf("call provider for %s %s: provider answered %s: %s", m.Tag, m.ID, resp.Status, snippet(resp.Body))
+	err = fmt.Errorf("call provider for %s %s: provider answered %s: %s", m.Tag, m.ID, resp.Status, c.scrub.Snippet(resp.Body, snippetBytes))
 	switch {
 	case status == http.StatusTooManyRequests || status >= 500:
 		if d, ok := retryAfter(resp.Header.Get("Retry-After"), c.now()); ok {
@@ -264,7 +273,7 @@ func (c *Client) Call(ctx context.Context, m outbox.Message) error {
 		// 410 among them: no retry changes a refusal.
 		return outbox.Permanent(err)
 	case status >= 300:
-		return fmt.Errorf("%w; redirect to %q not followed: set PROVIDER_URL to where the provider receives", err, resp.Header.Get("Location"))
+		return fmt.Errorf("%w; redirect to %q not followed: set PROVIDER_URL to where the provider receives", err, wire.RedactURL(resp.Header.Get("Location")))
 	default:
 		return err
 	}
@@ -299,14 +308,4 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 		return max(0, at.Sub(now)), true
 	}
 	return 0, false
-}
-
-// snippet is the start of an error answer, on one line and valid UTF-8.
-func snippet(r io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(r, snippetBytes))
-	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "")), " ")
-	if s == "" {
-		return "(empty body)"
-	}
-	return s
 }

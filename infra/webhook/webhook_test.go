@@ -285,7 +285,9 @@ func TestSettingsAreChecked(t *testing.T) {
 		_, err := webhook.New(webhook.Config{URL: u, Secrets: []string{good}}, nil)
 		require.ErrorContains(t, err, "PROVIDER_URL: ", "%q", u)
 	}
-	_, err := webhook.New(webhook.Config{URL: "http://provider:8082/hooks"}, nil)
+	_, err := webhook.New(webhook.Config{URL: "ftp://user:pw@provider/hooks?token=s3cret", Secrets: []string{good}}, nil)
+	require.EqualError(t, err, `PROVIDER_URL: "ftp://provider/hooks" is not an absolute http(s) URL`, "quoted without its credentials")
+	_, err = webhook.New(webhook.Config{URL: "http://provider:8082/hooks"}, nil)
 	require.ErrorContains(t, err, "PROVIDER_SECRET")
 	_, err = webhook.New(webhook.Config{URL: "http://provider:8082/hooks", Secrets: []string{"whsec_"}}, nil)
 	require.ErrorContains(t, err, "PROVIDER_SECRET: secret 1 of 1")

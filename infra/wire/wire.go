@@ -2,9 +2,11 @@
 // delivery envelope (contract section 4), which the outbox side encodes
 // (infra/delivery over HTTP, infra/stream over NATS) and the inbox side
 // decodes (infra/inbox), and the one spelling of an id on the wire, the
-// canonical UUID. It is its own package, importing only infra/fault, so that
-// the producer side need not import the consumer's library (or the reverse)
-// to share them.
+// canonical UUID; and how an error text quotes an operator's URL
+// (RedactURL, RedactURLs, Scrubber: scheme://host/path, never its userinfo or
+// query). It is its own package, importing only infra/fault, so that the
+// producer side need not import the consumer's library (or the reverse) to
+// share them.
 package wire
 
 import (
