@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -81,6 +82,22 @@ func olderRuleWrong(byOrg map[uuid.UUID][]quotaRow) bool {
 	return false
 }
 
+// inversions counts, over every org, the changes stamped (occurredAt, then
+// id) before the change of the version below theirs: each a change that
+// committed after one stamped later. rows are each org's in version order.
+func inversions(byOrg map[uuid.UUID][]quotaRow) int {
+	n := 0
+	for _, rows := range byOrg {
+		for i := 1; i < len(rows); i++ {
+			a, b := rows[i-1], rows[i]
+			if b.createdAt < a.createdAt || (b.createdAt == a.createdAt && bytes.Compare(b.id[:], a.id[:]) < 0) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // TestReplicasTellTheProviderTheLatestCount: two billing replicas on one
 // database, each calling the stand-in provider, apply concurrent events of
 // two orgs in rounds; after each round, once every QuotaChanged row reached
@@ -106,7 +123,10 @@ func TestReplicasTellTheProviderTheLatestCount(t *testing.T) {
 		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 		orgs := []uuid.UUID{uuid.New(), uuid.New()}
 
-		deliver := func(i int) {
+		// deliver posts event i to one replica until billing took it (a 503
+		// under contention is retried, as labeling's relay would), for a
+		// minute at most.
+		deliver := func(i int) error {
 			typ := billing.RuleActivated
 			if i%3 == 2 {
 				typ = billing.RuleDeactivated
@@ -114,34 +134,39 @@ func TestReplicasTellTheProviderTheLatestCount(t *testing.T) {
 			id := uuid.Must(uuid.NewV7())
 			body := fmt.Sprintf(`{"id":%q,"type":%q,"occurredAt":%s,"payload":{"orgId":%q,"ruleId":%q}}`,
 				id, typ, occurredNow(), orgs[i%len(orgs)], uuid.New())
-			req, err := http.NewRequest(http.MethodPost, "http://"+replicas[(i/2)%2].addr+"/internal/v1/events", bytes.NewReader([]byte(body)))
-			if err != nil {
-				panic(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+tok)
-			req.Header.Set("Idempotency-Key", id.String())
-			req.Header.Set("Content-Type", "application/json")
-			// Until billing took it: a 503 under contention is retried, as labeling's relay would.
-			for {
-				resp, err := client.Do(req.Clone(req.Context()))
-				if err == nil {
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusNoContent {
-						return
-					}
+			url := "http://" + replicas[(i/2)%2].addr + "/internal/v1/events"
+			var last string
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
+				if err != nil {
+					return err
 				}
-				time.Sleep(10 * time.Millisecond)
-				req.Body, _ = req.GetBody()
+				req.Header.Set("Authorization", "Bearer "+tok)
+				req.Header.Set("Idempotency-Key", id.String())
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					last = err.Error()
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusNoContent {
+					return nil
+				}
+				last = resp.Status
 			}
+			return fmt.Errorf("event %d: not taken within a minute, last: %s", i, last)
 		}
 
-		inverted, sent := 0, 0
+		inverted, sent, inverse := 0, 0, 0
 		for round := 1; round <= maxRounds && inverted == 0; round++ {
 			var wg sync.WaitGroup
+			errs := make([]error, perRound)
 			for i := range perRound {
-				wg.Go(func() { deliver(sent + i) })
+				wg.Go(func() { errs[i] = deliver(sent + i) })
 			}
 			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
 			sent += perRound
 
 			var rows map[uuid.UUID][]quotaRow
@@ -165,11 +190,13 @@ func TestReplicasTellTheProviderTheLatestCount(t *testing.T) {
 				require.Equal(t, quota[org.String()], rs[len(rs)-1].change.ActiveRules, "round %d: org %s's highest version carries its quota", round, org)
 				require.EqualValues(t, len(rs), got.Versions[org.String()], "round %d: the provider holds org %s's highest version", round, org)
 			}
+			inverse = inversions(rows)
 			if olderRuleWrong(rows) {
 				inverted = round
 			}
 		}
-		t.Logf("%s: the older rule would have kept a stale count after round %d (%d events)", d, inverted, sent)
+		t.Logf("%s: the older rule would have kept a stale count after round %d (%d events, %d of them committed after a change stamped later)",
+			d, inverted, sent, inverse)
 		require.NotZero(t, inverted, "no round of %d events over two replicas reproduced a change stamped earlier that committed later", perRound)
 	})
 }
