@@ -42,7 +42,8 @@ func providerRelay(cfg config.Billing) fx.Option {
 	if cfg.Provider.URL == "" {
 		return fx.Options(store,
 			fx.Supply(&billing.NoProvider{}),
-			backlogGauges,
+			// Their stop (an unregister) within the retention's share: no step of its own.
+			stopbudget.Part(retention.StopShare.Name, backlogGauges),
 			fx.Provide(fx.Annotate(
 				func(s outbox.Store) retention.Policy {
 					return outbox.ProcessedRetention(s, cfg.Relay.ProcessedRetention)
