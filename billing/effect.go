@@ -31,105 +31,143 @@ const (
 // consumer is billing on infra/inbox: its tables, handlers, effect and crash
 // points (contract section 6). outboxSQLite is billing's outbox store on
 // SQLite (nil on PostgreSQL, whose effect writes the rows in its statement);
-// nudger, if any, is woken after each commit that appended a row.
-func consumer(handlers []EventHandler, outboxSQLite outbox.Appender[sqlite.Tx], nudger outbox.Nudger) inbox.Consumer[Effect] {
+// nudger, if any, is woken after each commit that appended a row. With rows
+// false (no provider to call) the effect appends no QuotaChanged row, but
+// still counts each change in the org's version.
+func consumer(handlers []EventHandler, outboxSQLite outbox.Appender[sqlite.Tx], nudger outbox.Nudger, rows bool) inbox.Consumer[Effect] {
 	return inbox.Consumer[Effect]{
 		Name:       Name,
 		Receipts:   ReceiptsTable,
 		NATSFailed: NATSFailedTable,
 		Handlers:   handlers,
-		Effect:     inbox.Effect[Effect]{Postgres: pgEffect, SQLite: sqliteEffect(outboxSQLite)},
+		Effect:     inbox.Effect[Effect]{Postgres: pgEffect(rows), SQLite: sqliteEffect(outboxSQLite, rows)},
 		Failpoints: inbox.Failpoints{
 			BeforeCommit:    failpoint.BillingEventsBeforeCommit,
 			AfterCommit:     failpoint.BillingEventsAfterCommit,
 			NATSAfterCommit: failpoint.BillingNATSAfterCommit,
 		},
-		Committed: appended(nudger),
+		Committed: appended(nudger, rows),
 	}
 }
 
-// pgEffect adds the new events' deltas to billing_quota and appends their
-// QuotaChanged rows to billing_outbox_events, within the inbox's one
-// statement.
-//
-// effect_1 is one upsert per org (ON CONFLICT DO UPDATE may not touch a row
-// twice in one statement, so the org's deltas are summed), in org id order so
-// that two concurrent groups never deadlock. The aggregate consumes every
-// receipt before it emits a quota row, so all receipt locks come before any
-// quota lock. The count is not clamped at zero: with no ordering guarantee a
-// deactivation may arrive before its activation, and only the plain sum
-// converges.
-//
-// effect_2 appends one row per new event that changed a quota (a duplicate is
-// not in applied, so it appends nothing): its id made in Go as outbox.Append
-// makes one (outbox_id, a UUIDv7 per event), the payload of QuotaChanged
-// built by jsonb_build_object, the count the org's after this event: the
-// count effect_1 returned (the org's after the whole group; the statement's
-// CTEs share one snapshot, so RETURNING is the only way to read it) less the
-// deltas of the org's later events in the group, in event id order. No
-// NOTIFY in the statement: a NOTIFY holds a database-wide lock until its
-// commit (infra/outbox/listen.go); the inbox's Committed hook (appended) nudges
-// the relay after the commit, as after outbox.Append.
-var pgEffect = inbox.PostgresEffect[Effect]{
-	Columns: []string{"org_id uuid", "delta bigint", "outbox_id uuid"},
-	Args: func(events []Event) []any {
-		orgs := make([]uuid.UUID, len(events))
-		deltas := make([]int64, len(events))
-		for i, e := range events {
-			orgs[i], deltas[i] = e.Value.OrgID, e.Value.Delta
-		}
-		return []any{orgs, deltas, outboxIDs(events)}
-	},
-	Statements: []string{`
-		INSERT INTO billing_quota (org_id, active_rules, updated_at)
-		SELECT org_id, sum(delta)::bigint, $1 FROM applied
+// pgQuotaUpsert is effect_1: one upsert per org (ON CONFLICT DO UPDATE may
+// not touch a row twice in one statement, so the org's deltas are summed), in
+// org id order so that two concurrent groups never deadlock. The aggregate
+// consumes every receipt before it emits a quota row, so all receipt locks
+// come before any quota lock. The count is not clamped at zero: with no
+// ordering guarantee a deactivation may arrive before its activation, and
+// only the plain sum converges. version advances by the org's changing events
+// (delta <> 0) under the row's lock, in this statement: the order of the
+// org's changes as they committed, whichever replica or group made them.
+const pgQuotaUpsert = `
+		INSERT INTO billing_quota (org_id, active_rules, updated_at, version)
+		SELECT org_id, sum(delta)::bigint, $1, count(*) FILTER (WHERE delta <> 0) FROM applied
 		GROUP BY org_id ORDER BY org_id
 		ON CONFLICT (org_id) DO UPDATE
 		SET active_rules = billing_quota.active_rules + EXCLUDED.active_rules,
+		    version = billing_quota.version + EXCLUDED.version,
 		    updated_at = EXCLUDED.updated_at
-		RETURNING org_id, active_rules`, `
+		RETURNING org_id, active_rules, version`
+
+// pgQuotaChanged is effect_2: one QuotaChanged row per new event that changed
+// a quota (a duplicate is not in applied, so it appends nothing): its id made
+// in Go as outbox.Append makes one (outbox_id, a UUIDv7 per event), the
+// payload built by jsonb_build_object, the count the org's after this event:
+// the count effect_1 returned (the org's after the whole group; the
+// statement's CTEs share one snapshot, so RETURNING is the only way to read
+// it) less the deltas of the org's later events in the group, in event id
+// order, and its version likewise the org's new version less the number of
+// the org's later changing events in the group (the WHERE runs before the
+// window, so the frame holds only changing events).
+const pgQuotaChanged = `
 		INSERT INTO ` + OutboxTable + ` (id, event_tag, payload, created_at, available_at, attempts)
 		SELECT applied.outbox_id, '` + QuotaChangedTag + `',
 		       jsonb_build_object(
 		           'orgId', applied.org_id,
-		           'activeRules', (effect_1.active_rules - coalesce(sum(applied.delta) OVER (
-		               PARTITION BY applied.org_id ORDER BY applied.event_id
-		               ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), 0))::bigint,
-		           'sourceEventId', applied.event_id),
+		           'activeRules', (effect_1.active_rules - coalesce(sum(applied.delta) OVER later, 0))::bigint,
+		           'sourceEventId', applied.event_id,
+		           'version', (effect_1.version - count(*) OVER later)::bigint),
 		       $1, $1, 0
 		FROM applied JOIN effect_1 USING (org_id)
 		WHERE applied.delta <> 0
-		ORDER BY applied.event_id`},
+		WINDOW later AS (PARTITION BY applied.org_id ORDER BY applied.event_id
+		                 ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)
+		ORDER BY applied.event_id`
+
+// pgEffect adds the new events' deltas to billing_quota (pgQuotaUpsert) and,
+// with rows, appends their QuotaChanged rows to billing_outbox_events
+// (pgQuotaChanged), within the inbox's one statement. No NOTIFY in the
+// statement: a NOTIFY holds a database-wide lock until its commit
+// (infra/outbox/listen.go); the inbox's Committed hook (appended) nudges the
+// relay after the commit, as after outbox.Append.
+func pgEffect(rows bool) inbox.PostgresEffect[Effect] {
+	if !rows {
+		return inbox.PostgresEffect[Effect]{
+			Columns: []string{"org_id uuid", "delta bigint"},
+			Args: func(events []Event) []any {
+				orgs, deltas := effects(events)
+				return []any{orgs, deltas}
+			},
+			Statements: []string{pgQuotaUpsert},
+		}
+	}
+	return inbox.PostgresEffect[Effect]{
+		Columns: []string{"org_id uuid", "delta bigint", "outbox_id uuid"},
+		Args: func(events []Event) []any {
+			orgs, deltas := effects(events)
+			return []any{orgs, deltas, outboxIDs(events)}
+		},
+		Statements: []string{pgQuotaUpsert, pgQuotaChanged},
+	}
+}
+
+// effects are the events' orgs and deltas, as two arrays.
+func effects(events []Event) ([]uuid.UUID, []int64) {
+	orgs := make([]uuid.UUID, len(events))
+	deltas := make([]int64, len(events))
+	for i, e := range events {
+		orgs[i], deltas[i] = e.Value.OrgID, e.Value.Delta
+	}
+	return orgs, deltas
 }
 
 // sqliteEffect adds the new events' deltas, summed per org, to billing_quota
-// in org id order, and appends their QuotaChanged rows through store (as
-// pgEffect does, with the count each upsert returned), in the inbox's
-// transaction.
-func sqliteEffect(store outbox.Appender[sqlite.Tx]) func(context.Context, sqlite.Tx, []Event, int64) error {
+// in org id order, advancing each org's version by its changing events in the
+// same upsert (the transaction holds SQLite's one write lock), and, with rows,
+// appends their QuotaChanged rows through store (as pgEffect does, with the
+// count and version each upsert returned), in the inbox's transaction.
+func sqliteEffect(store outbox.Appender[sqlite.Tx], rows bool) func(context.Context, sqlite.Tx, []Event, int64) error {
 	return func(ctx context.Context, tx sqlite.Tx, fresh []Event, now int64) error {
 		deltas := map[uuid.UUID]int64{}
+		changes := map[uuid.UUID]int64{}
 		for _, e := range fresh {
 			deltas[e.Value.OrgID] += e.Value.Delta
+			if changesQuota(e) {
+				changes[e.Value.OrgID]++
+			}
 		}
 		orgs := make([]uuid.UUID, 0, len(deltas))
 		for org := range deltas {
 			orgs = append(orgs, org)
 		}
 		slices.SortFunc(orgs, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
-		final := make(map[uuid.UUID]int64, len(orgs))
+		final := make(map[uuid.UUID]orgCount, len(orgs))
 		for _, org := range orgs {
-			var n int64
+			var c orgCount
 			err := tx.QueryRow(ctx, `
-				INSERT INTO billing_quota (org_id, active_rules, updated_at) VALUES (?1, ?2, ?3)
+				INSERT INTO billing_quota (org_id, active_rules, updated_at, version) VALUES (?1, ?2, ?3, ?4)
 				ON CONFLICT (org_id) DO UPDATE
 				SET active_rules = billing_quota.active_rules + excluded.active_rules,
+				    version = billing_quota.version + excluded.version,
 				    updated_at = excluded.updated_at
-				RETURNING active_rules`, org, deltas[org], now).Scan(&n)
+				RETURNING active_rules, version`, org, deltas[org], now, changes[org]).Scan(&c.activeRules, &c.version)
 			if err != nil {
 				return err
 			}
-			final[org] = n
+			final[org] = c
+		}
+		if !rows {
+			return nil
 		}
 		if store == nil {
 			return errors.New("billing: no outbox store on SQLite")

@@ -14,13 +14,16 @@ import (
 )
 
 // serviceParams are what the Service is built from; Nudger is billing's
-// outbox relay, absent when billing runs none (PROVIDER_URL unset).
+// outbox relay, absent when billing runs none (PROVIDER_URL unset), and
+// NoProvider is supplied when no provider is configured (then the Service
+// appends no QuotaChanged rows: WithoutQuotaChanged).
 type serviceParams struct {
 	fx.In
-	DB     sqldb.DB
-	Logger *slog.Logger
-	Config Config
-	Nudger outbox.Nudger `optional:"true"`
+	DB         sqldb.DB
+	Logger     *slog.Logger
+	Config     Config
+	Nudger     outbox.Nudger `optional:"true"`
+	NoProvider *NoProvider   `optional:"true"`
 }
 
 // Module provides billing's use cases and routes and registers the retention of
@@ -31,8 +34,11 @@ type serviceParams struct {
 var Module = fx.Module("billing",
 	fx.Provide(
 		func(p serviceParams) *Service {
-			return NewService(p.DB, p.Logger, ApplyGroupMax(p.Config.ApplyGroupMax), RefuseOlderThan(p.Config.ReceiptsRetention),
-				NudgeOnAppend(p.Nudger))
+			opts := []Option{ApplyGroupMax(p.Config.ApplyGroupMax), RefuseOlderThan(p.Config.ReceiptsRetention), NudgeOnAppend(p.Nudger)}
+			if p.NoProvider != nil {
+				opts = append(opts, WithoutQuotaChanged())
+			}
+			return NewService(p.DB, p.Logger, opts...)
 		},
 		NewHandler,
 		fx.Annotate(ReceiptsRetention, fx.ResultTags(`group:"retention"`)),

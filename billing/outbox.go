@@ -20,12 +20,21 @@ import (
 const OutboxTable = "billing_outbox_events"
 
 // QuotaChanged is the fact billing tells the outside world: org's quota is
-// now ActiveRules, right after the event SourceEventID was applied. Its JSON
-// is the payload of a billing_outbox_events row (contract section 10).
+// now ActiveRules, right after the event SourceEventID was applied, its
+// Version-th change. Its JSON is the payload of a billing_outbox_events row
+// (contract section 10).
+//
+// Version orders an org's changes: 1 for the org's first change, one more
+// with each, taken under the quota row's lock in the statement (PostgreSQL)
+// or transaction (SQLite) that makes the change, so the highest version
+// carries the org's latest count whatever replicas, group apply or retries
+// did. The row's occurredAt cannot order them: it is read before the lock,
+// and two replicas may commit in the other order (docs/calling-the-outside-world.md).
 type QuotaChanged struct {
 	OrgID         uuid.UUID `json:"orgId"`
 	ActiveRules   int64     `json:"activeRules"`
 	SourceEventID uuid.UUID `json:"sourceEventId"`
+	Version       int64     `json:"version"`
 }
 
 // QuotaChangedTag is QuotaChanged's event tag.
@@ -41,6 +50,22 @@ func (q QuotaChanged) Validate() error {
 		return errors.New("orgId and sourceEventId are required")
 	}
 	return nil
+}
+
+// NoProvider, supplied to an app with Module, says billing calls no provider
+// (PROVIDER_URL unset): the Service appends no QuotaChanged rows
+// (WithoutQuotaChanged).
+type NoProvider struct{}
+
+// WithoutQuotaChanged makes the Service append no QuotaChanged row: for a
+// billing that calls no provider (PROVIDER_URL unset), whose rows no relay
+// would ever deliver, so that billing_outbox_events does not grow one
+// pending row per quota change for ever. The org's version still advances
+// with each change, so a provider configured later orders what it then gets
+// after what it may have got before; the rows already pending from a time
+// with a provider stay, delivered once one is configured again.
+func WithoutQuotaChanged() Option {
+	return func(s *settings) { s.noRows = true }
 }
 
 // changesQuota reports whether applying e changes its org's quota, and so
@@ -63,14 +88,18 @@ func outboxIDs(events []Event) []uuid.UUID {
 	return ids
 }
 
+// orgCount is an org's quota row as an upsert returned it.
+type orgCount struct{ activeRules, version int64 }
+
 // quotaChanges are the QuotaChanged facts of applied (in event id order, the
-// new events of one transaction), given each org's count after all of them:
-// an event's count is its org's final count less the deltas of the org's later
-// events. Events that change no quota have none.
-func quotaChanges(applied []Event, final map[uuid.UUID]int64) []QuotaChanged {
-	after := make(map[uuid.UUID]int64, len(final))
-	for org, n := range final {
-		after[org] = n
+// new events of one transaction), given each org's count and version after
+// all of them: an event's count is its org's final count less the deltas of
+// the org's later events, its version the org's final version less the number
+// of the org's later changing events. Events that change no quota have none.
+func quotaChanges(applied []Event, final map[uuid.UUID]orgCount) []QuotaChanged {
+	after := make(map[uuid.UUID]orgCount, len(final))
+	for org, c := range final {
+		after[org] = c
 	}
 	out := make([]QuotaChanged, len(applied))
 	keep := make([]bool, len(applied))
@@ -79,9 +108,10 @@ func quotaChanges(applied []Event, final map[uuid.UUID]int64) []QuotaChanged {
 		if !changesQuota(e) {
 			continue
 		}
-		out[i] = QuotaChanged{OrgID: e.Value.OrgID, ActiveRules: after[e.Value.OrgID], SourceEventID: e.ID}
+		c := after[e.Value.OrgID]
+		out[i] = QuotaChanged{OrgID: e.Value.OrgID, ActiveRules: c.activeRules, SourceEventID: e.ID, Version: c.version}
 		keep[i] = true
-		after[e.Value.OrgID] -= e.Value.Delta
+		after[e.Value.OrgID] = orgCount{activeRules: c.activeRules - e.Value.Delta, version: c.version - 1}
 	}
 	changes := out[:0]
 	for i, c := range out {
@@ -115,8 +145,12 @@ func appendQuotaChanges(ctx context.Context, store outbox.Appender[sqlite.Tx], t
 // appended is the inbox's Committed hook: the QuotaChanged rows of applied
 // are committed, so they are counted in billing_outbox_events_appended_total
 // and the relay, if billing runs one, is woken (and, with OUTBOX_NOTIFY, the
-// relays of the other replicas), as after outbox.Append.
-func appended(nudger outbox.Nudger) func([]Event) {
+// relays of the other replicas), as after outbox.Append. Without rows (no
+// provider) nothing was appended, and it does nothing.
+func appended(nudger outbox.Nudger, rows bool) func([]Event) {
+	if !rows {
+		return nil
+	}
 	return func(applied []Event) {
 		n := 0
 		for _, e := range applied {

@@ -72,8 +72,18 @@ func requireRows(t *testing.T, rows []outboxRow, want []billing.QuotaChanged) {
 	require.Equal(t, want, got)
 }
 
-func quotaChanged(org uuid.UUID, n int64, source billing.Event) billing.QuotaChanged {
-	return billing.QuotaChanged{OrgID: org, ActiveRules: n, SourceEventID: source.ID}
+// quotaChanged is the fact of source, the org's version-th change, leaving it
+// at n active rules.
+func quotaChanged(org uuid.UUID, n, version int64, source billing.Event) billing.QuotaChanged {
+	return billing.QuotaChanged{OrgID: org, ActiveRules: n, SourceEventID: source.ID, Version: version}
+}
+
+// version reads org's billing_quota.version.
+func (b *bundle) version(t testing.TB, org uuid.UUID) int64 {
+	t.Helper()
+	var v int64
+	require.NoError(t, b.db.QueryRow(`SELECT version FROM billing_quota WHERE org_id = $1`, org).Scan(&v))
+	return v
 }
 
 func changeOf(org uuid.UUID, delta int64) billing.Event {
@@ -115,20 +125,23 @@ func TestApplyAppendsQuotaChanged(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 
-		t.Run("one row per fresh event with the org's count right after it, none for a duplicate, a nudge per commit that appended", func(t *testing.T) {
+		t.Run("one row per fresh event with the org's count and version right after it, none for a duplicate, a nudge per commit that appended", func(t *testing.T) {
 			t.Parallel()
 			n := &nudges{}
 			b := setup(t, freshDB(t, d), billing.NudgeOnAppend(n))
 			a, c := uuid.New(), uuid.New()
-			evs := []billing.Event{changeOf(a, 1), changeOf(a, 1), changeOf(c, 1), changeOf(a, -1), changeOf(c, 0)}
+			evs := []billing.Event{changeOf(a, 1), changeOf(a, 1), changeOf(c, 1), changeOf(a, -1), changeOf(c, 0), changeOf(c, -1)}
 			for _, e := range evs {
 				applied, err := b.svc.Apply(t.Context(), e)
 				require.NoError(t, err)
 				require.True(t, applied)
 			}
-			want := []billing.QuotaChanged{quotaChanged(a, 1, evs[0]), quotaChanged(a, 2, evs[1]), quotaChanged(c, 1, evs[2]), quotaChanged(a, 1, evs[3])}
+			want := []billing.QuotaChanged{quotaChanged(a, 1, 1, evs[0]), quotaChanged(a, 2, 2, evs[1]), quotaChanged(c, 1, 1, evs[2]),
+				quotaChanged(a, 1, 3, evs[3]), quotaChanged(c, 0, 2, evs[5])}
 			requireRows(t, b.outboxRows(t), want)
-			require.EqualValues(t, 4, n.n.Load(), "a nudge after each commit that appended; none for a delta of 0")
+			require.EqualValues(t, 5, n.n.Load(), "a nudge after each commit that appended; none for a delta of 0")
+			require.EqualValues(t, 3, b.version(t, a))
+			require.EqualValues(t, 2, b.version(t, c), "a delta of 0 is no change: no version")
 
 			for _, e := range evs[:2] {
 				applied, err := b.svc.Apply(t.Context(), e)
@@ -136,7 +149,8 @@ func TestApplyAppendsQuotaChanged(t *testing.T) {
 				require.False(t, applied)
 			}
 			requireRows(t, b.outboxRows(t), want)
-			require.EqualValues(t, 4, n.n.Load(), "a duplicate appends nothing and wakes nobody")
+			require.EqualValues(t, 5, n.n.Load(), "a duplicate appends nothing and wakes nobody")
+			require.EqualValues(t, 3, b.version(t, a), "a duplicate advances no version")
 		})
 
 		t.Run("a group appends one row per event, two events of one org each with its own count", func(t *testing.T) {
@@ -187,9 +201,9 @@ func TestApplyAppendsQuotaChanged(t *testing.T) {
 				}
 			}
 			require.Equal(t, []billing.QuotaChanged{
-				quotaChanged(x, 1, before),
-				quotaChanged(x, 2, group[0]), quotaChanged(x, 3, group[1]), quotaChanged(y, 1, group[2]), quotaChanged(x, 2, group[3]),
-			}, ofGroup, "in event id order: the count after the group less the deltas of the org's later events")
+				quotaChanged(x, 1, 1, before),
+				quotaChanged(x, 2, 2, group[0]), quotaChanged(x, 3, 3, group[1]), quotaChanged(y, 1, 1, group[2]), quotaChanged(x, 2, 4, group[3]),
+			}, ofGroup, "in event id order: the count (version) after the group less the deltas (changes) of the org's later events")
 		})
 
 		t.Run("a rolled-back apply appends nothing and wakes nobody", func(t *testing.T) {
@@ -223,7 +237,37 @@ func TestApplyAppendsQuotaChanged(t *testing.T) {
 		_, err := b.svc.Apply(t.Context(), e)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, calls())
-		requireRows(t, b.outboxRows(t), []billing.QuotaChanged{quotaChanged(org, 1, e)})
+		requireRows(t, b.outboxRows(t), []billing.QuotaChanged{quotaChanged(org, 1, 1, e)})
+		require.EqualValues(t, 1, b.version(t, org), "the retries advanced the version once")
+	})
+}
+
+// TestWithoutProvider: a billing that calls no provider (PROVIDER_URL unset)
+// appends no QuotaChanged row, so its outbox cannot grow without bound, but
+// still counts each change in the org's version, so that the rows of a
+// provider configured later continue the org's order.
+func TestWithoutProvider(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := freshDB(t, d)
+		n := &nudges{}
+		b := setup(t, db, billing.WithoutQuotaChanged(), billing.NudgeOnAppend(n))
+		org := uuid.New()
+		for _, e := range []billing.Event{changeOf(org, 1), changeOf(org, 1), changeOf(org, -1), changeOf(org, 0)} {
+			applied, err := b.svc.Apply(t.Context(), e)
+			require.NoError(t, err)
+			require.True(t, applied)
+		}
+		require.EqualValues(t, 1, *b.activeRules(t, org))
+		require.Zero(t, b.count(t, "billing_outbox_events"), "no row appended without a provider")
+		require.Zero(t, n.n.Load(), "nothing appended, nobody woken")
+		require.EqualValues(t, 3, b.version(t, org), "the version advanced with each change all the same")
+
+		later := setup(t, db)
+		e := changeOf(org, 1)
+		_, err := later.svc.Apply(t.Context(), e)
+		require.NoError(t, err)
+		requireRows(t, later.outboxRows(t), []billing.QuotaChanged{quotaChanged(org, 2, 4, e)})
 	})
 }
 

@@ -40,6 +40,7 @@ type settings struct {
 	handlers []EventHandler
 	inbox    []inbox.Option
 	nudger   outbox.Nudger
+	noRows   bool
 }
 
 // NudgeOnAppend makes the Service wake n (billing's outbox relay) after each
@@ -85,7 +86,7 @@ func NewService(db sqldb.DB, logger *slog.Logger, opts ...Option) *Service {
 		outboxSQLite = outbox.NewSQLiteStore(lite, outbox.WithTable(OutboxTable))
 	}
 	return &Service{
-		Inbox: inbox.New(db, logger, consumer(s.handlers, outboxSQLite, s.nudger), s.inbox...),
+		Inbox: inbox.New(db, logger, consumer(s.handlers, outboxSQLite, s.nudger, !s.noRows), s.inbox...),
 		quota: readQuota(database.Pick(db, quotaReaders)),
 	}
 }

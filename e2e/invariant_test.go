@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -295,6 +297,7 @@ type quotaChanged struct {
 	OrgID         *uuid.UUID `json:"orgId"`
 	ActiveRules   *int64     `json:"activeRules"`
 	SourceEventID *uuid.UUID `json:"sourceEventId"`
+	Version       *int64     `json:"version"`
 }
 
 // hop2Figures are one scenario's second-hop figures for the summary.
@@ -322,15 +325,18 @@ func (s snapshot) hop2Figures(afterClaimExits int) hop2Figures {
 //   - every event billing applied (a receipt) has exactly one QuotaChanged row
 //     (none lost: the append is in the apply's transaction; none doubled by a
 //     redelivery), and no row comes from an event billing has no receipt for;
-//   - each row's activeRules is the org's count right after its event: the
-//     running sum of the events' deltas (+1 RuleActivated, -1 RuleDeactivated)
-//     in the rows' order;
+//   - per org, the rows' versions are 1..N, none missing or repeated, and each
+//     row's activeRules is the org's count right after its event: the running
+//     sum of the events' deltas (+1 RuleActivated, -1 RuleDeactivated) in
+//     version order; the highest version's count is billing's quota;
 //   - the provider applied exactly as many changes as there are rows: with every
 //     row answered 2xx, each row's key was applied once, and no other key was;
 //   - per org, the provider's count equals labeling's active rules (and so
-//     billing's quota, which the first hop checks).
+//     billing's quota, which the first hop checks), and the version it holds
+//     is the org's highest.
 func (s snapshot) secondHopProblems(maxAttempts int) []string {
 	var out []string
+	p := s.provider
 	delta := map[uuid.UUID]int64{}
 	for _, r := range s.outbox {
 		switch r.Tag {
@@ -341,7 +347,11 @@ func (s snapshot) secondHopProblems(maxAttempts int) []string {
 		}
 	}
 	rowsOf := map[uuid.UUID]int{} // QuotaChanged rows per source event
-	running := map[uuid.UUID]int64{}
+	type change struct {
+		version, activeRules, delta int64
+		row                         outboxRow
+	}
+	changes := map[uuid.UUID][]change{} // per org
 	for _, r := range s.billOutbox {
 		switch {
 		case r.FailedAt != nil:
@@ -353,8 +363,9 @@ func (s snapshot) secondHopProblems(maxAttempts int) []string {
 			out = append(out, fmt.Sprintf("billing outbox row over %d attempts: %s", maxAttempts, r))
 		}
 		var q quotaChanged
-		if r.Tag != "QuotaChanged" || json.Unmarshal([]byte(r.Payload), &q) != nil || q.OrgID == nil || q.ActiveRules == nil || q.SourceEventID == nil {
-			out = append(out, "billing outbox row is no QuotaChanged {orgId, activeRules, sourceEventId}: "+r.String())
+		if r.Tag != "QuotaChanged" || json.Unmarshal([]byte(r.Payload), &q) != nil || q.OrgID == nil || q.ActiveRules == nil ||
+			q.SourceEventID == nil || q.Version == nil {
+			out = append(out, "billing outbox row is no QuotaChanged {orgId, activeRules, sourceEventId, version}: "+r.String())
 			continue
 		}
 		rowsOf[*q.SourceEventID]++
@@ -363,10 +374,28 @@ func (s snapshot) secondHopProblems(maxAttempts int) []string {
 			out = append(out, "billing outbox row from no event of labeling's outbox: "+r.String())
 			continue
 		}
-		running[*q.OrgID] += d
-		if *q.ActiveRules != running[*q.OrgID] {
-			out = append(out, fmt.Sprintf("billing outbox row says activeRules=%d, the org's count after its events in order is %d: %s",
-				*q.ActiveRules, running[*q.OrgID], r))
+		changes[*q.OrgID] = append(changes[*q.OrgID], change{version: *q.Version, activeRules: *q.ActiveRules, delta: d, row: r})
+	}
+	for org, cs := range changes {
+		slices.SortFunc(cs, func(a, b change) int { return cmp.Compare(a.version, b.version) })
+		running := int64(0)
+		for i, c := range cs {
+			if c.version != int64(i+1) {
+				out = append(out, fmt.Sprintf("org %s: QuotaChanged row %d in version order has version %d, want %d (none missing or repeated): %s",
+					org, i+1, c.version, i+1, c.row))
+			}
+			running += c.delta
+			if c.activeRules != running {
+				out = append(out, fmt.Sprintf("billing outbox row says activeRules=%d, the org's count after its events in version order is %d: %s",
+					c.activeRules, running, c.row))
+			}
+		}
+		if last := cs[len(cs)-1]; last.activeRules != s.quota[org] {
+			out = append(out, fmt.Sprintf("org %s: its highest version %d says activeRules=%d, billing_quota.active_rules = %d",
+				org, last.version, last.activeRules, s.quota[org]))
+		}
+		if got := p.Versions[org.String()]; got != int64(len(cs)) {
+			out = append(out, fmt.Sprintf("org %s: the provider holds version %d, the highest is %d", org, got, len(cs)))
 		}
 	}
 	for id := range s.receipts {
@@ -379,7 +408,6 @@ func (s snapshot) secondHopProblems(maxAttempts int) []string {
 			out = append(out, fmt.Sprintf("%d QuotaChanged rows from event %s, which billing has no receipt for", n, id))
 		}
 	}
-	p := s.provider
 	if p.Applied != int64(len(s.billOutbox)) {
 		out = append(out, fmt.Sprintf("the provider applied %d changes, billing's outbox holds %d QuotaChanged rows", p.Applied, len(s.billOutbox)))
 	}

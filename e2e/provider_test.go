@@ -135,7 +135,7 @@ func TestStandInBehindTheCall(t *testing.T) {
 	org := uuid.New()
 	call := func(n int64) outbox.Message {
 		return outbox.Message{ID: uuid.Must(uuid.NewV7()), Tag: "QuotaChanged", CreatedAt: time.Now().UnixMilli(), Attempt: 1,
-			Payload: json.RawMessage(fmt.Sprintf(`{"orgId":%q,"activeRules":%d,"sourceEventId":%q}`, org, n, uuid.New()))}
+			Payload: json.RawMessage(fmt.Sprintf(`{"orgId":%q,"activeRules":%d,"sourceEventId":%q,"version":%d}`, org, n, uuid.New(), n))}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -159,6 +159,7 @@ func TestStandInBehindTheCall(t *testing.T) {
 	require.NoError(t, client.Call(ctx, third))
 	require.NoError(t, client.Call(ctx, first), "a key applied before the crash is a duplicate after it")
 
-	require.Equal(t, standin.Applied{Applied: 3, Duplicates: 2, ByOrg: map[string]int64{org.String(): 3}}, s.applied(),
+	require.Equal(t, standin.Applied{Applied: 3, Duplicates: 2, ByOrg: map[string]int64{org.String(): 3},
+		Versions: map[string]int64{org.String(): 3}}, s.applied(),
 		"each change applied once, however often it was called")
 }

@@ -15,8 +15,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/standin"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // standIn is the stand-in provider in this process, verifying with
@@ -82,20 +85,40 @@ func TestServeCallsTheProvider(t *testing.T) {
 		require.Equal(t, 0, s.stop(t), s.Stderr.String())
 	})
 
-	t.Run("without PROVIDER_URL, one INFO line says the rows are kept and nothing is called", func(t *testing.T) {
+	t.Run("without PROVIDER_URL, no QuotaChanged row is appended, the backlog gauges are exported, and one INFO line says so", func(t *testing.T) {
 		t.Parallel()
-		s := startServer(t, env("DATABASE_URL=sqlite:"+filepath.Join(t.TempDir(), "billing.db"), "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "AUTH_DISABLED=true"))
-		deliverTwice(t, "http://"+s.addr, tok, uuid.New())
-		require.Equal(t, 0, s.stop(t), s.Stderr.String())
-		lines := 0
-		for _, l := range strings.Split(s.Stdout.String()+s.Stderr.String(), "\n") {
-			if strings.Contains(l, "PROVIDER_URL is not set") {
-				lines++
-				require.Contains(t, l, `"level":"INFO"`)
-				require.Contains(t, l, "billing_outbox_events")
+		dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+			db := dbtest.New(t, d, migrations.Billing)
+			// A row pending from a time with a provider: it stays, and the gauge sees it.
+			db.Exec(t, `INSERT INTO billing_outbox_events (id, event_tag, payload, created_at, available_at, attempts)
+				VALUES ($1, 'QuotaChanged', '{}', $2, $2, 0)`, uuid.Must(uuid.NewV7()).String(), time.Now().Add(-time.Hour).UnixMilli())
+			s := startServer(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN="+tok, "HTTP_ADDR=127.0.0.1:0", "AUTH_DISABLED=true"))
+			org := uuid.New()
+			deliverTwice(t, "http://"+s.addr, tok, org)
+			require.EqualValues(t, 1, db.Count(t, `SELECT count(*) FROM billing_outbox_events`), "no row appended, the older one kept")
+			var version int64
+			require.NoError(t, db.QueryRow(`SELECT version FROM billing_quota WHERE org_id = $1`, org.String()).Scan(&version))
+			require.EqualValues(t, 1, version, "the change counted in the org's version all the same")
+
+			resp, err := http.Get("http://" + s.addr + "/metrics")
+			require.NoError(t, err)
+			metrics, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Regexp(t, `(?m)^billing_outbox_oldest_pending_age_seconds 3[56]\d\d(\.\d+)?$`, string(metrics), "the hour-old pending row, with no relay")
+			require.Contains(t, string(metrics), "\nbilling_outbox_failed_rows 0\n")
+
+			require.Equal(t, 0, s.stop(t), s.Stderr.String())
+			lines := 0
+			for _, l := range strings.Split(s.Stdout.String()+s.Stderr.String(), "\n") {
+				if strings.Contains(l, "PROVIDER_URL is not set") {
+					lines++
+					require.Contains(t, l, `"level":"INFO"`)
+					require.Contains(t, l, "no QuotaChanged row is appended to billing_outbox_events")
+				}
 			}
-		}
-		require.Equal(t, 1, lines, s.Stderr.String())
+			require.Equal(t, 1, lines, s.Stderr.String())
+		})
 	})
 
 	t.Run("a bad PROVIDER_SECRET stops start-up with one line naming it, never quoting it", func(t *testing.T) {

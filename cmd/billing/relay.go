@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
@@ -21,8 +23,12 @@ import (
 // (the OUTBOX_* settings, as labeling's) whose one subscriber calls the
 // provider (infra/webhook) for each QuotaChanged row; the relay is also the
 // outbox.Nudger the Service wakes after each apply that appended a row.
-// PROVIDER_URL unset: no relay; the rows are kept, pending with no attempt
-// spent, and nothing is called, which one INFO line says at start.
+// PROVIDER_URL unset: no relay, and no QuotaChanged row is appended
+// (billing.NoProvider), so the table cannot grow without bound; the rows
+// pending from a time with a provider stay, and nothing is called, which one
+// INFO line says at start. The backlog gauges
+// (billing_outbox_oldest_pending_age_seconds, billing_outbox_failed_rows) are
+// exported either way (backlogGauges).
 //
 // The relay's stop takes outbox.StopShare (8s) of the stop budget, after the
 // HTTP drain; with the NATS consumer (whose share is 8s too) it stops within
@@ -35,6 +41,9 @@ func providerRelay(cfg config.Billing) fx.Option {
 	store := fx.Provide(func(db sqldb.DB) outbox.Store { return outbox.NewStore(db, outbox.WithTable(billing.OutboxTable)) })
 	if cfg.Provider.URL == "" {
 		return fx.Options(store,
+			fx.Supply(&billing.NoProvider{}),
+			// Their stop (an unregister) within the retention's share: no step of its own.
+			stopbudget.Part(retention.StopShare.Name, backlogGauges),
 			fx.Provide(fx.Annotate(
 				func(s outbox.Store) retention.Policy {
 					return outbox.ProcessedRetention(s, cfg.Relay.ProcessedRetention)
@@ -42,8 +51,8 @@ func providerRelay(cfg config.Billing) fx.Option {
 				fx.ResultTags(`group:"retention"`),
 			)),
 			fx.Invoke(func(logger *slog.Logger) {
-				logger.Info("PROVIDER_URL is not set: billing's outbox relay does not run; QuotaChanged rows are kept in "+
-					billing.OutboxTable+" and no provider is called", "table", billing.OutboxTable)
+				logger.Info("PROVIDER_URL is not set: billing's outbox relay does not run and no provider is called; no QuotaChanged row is appended to "+
+					billing.OutboxTable+" (rows pending from a time with a provider stay, delivered once one is configured)", "table", billing.OutboxTable)
 			}),
 		)
 	}
@@ -67,3 +76,15 @@ func providerRelay(cfg config.Billing) fx.Option {
 		relay,
 	)
 }
+
+// backlogGauges registers the backlog gauges of billing's outbox
+// (outbox.NewBacklogCollector) for the app's lifetime when no relay runs (the
+// relay's outbox.Module registers them otherwise), so that rows pending or
+// dead-lettered from a time with a provider are seen all the same.
+var backlogGauges = fx.Invoke(func(lc fx.Lifecycle, store outbox.Store) {
+	c := outbox.NewBacklogCollector(store)
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error { return prometheus.Register(c) },
+		OnStop:  func(context.Context) error { prometheus.Unregister(c); return nil },
+	})
+})

@@ -49,15 +49,16 @@ var client = &http.Client{Timeout: 10 * time.Second}
 
 // quotaCall is one call as billing's outbox makes it.
 type quotaCall struct {
-	id     uuid.UUID
-	org    uuid.UUID
-	count  int64
-	occurs int64
+	id      uuid.UUID
+	org     uuid.UUID
+	count   int64
+	occurs  int64
+	version int64
 }
 
 func (c quotaCall) body() []byte {
-	return fmt.Appendf(nil, `{"id":%q,"type":"QuotaChanged","occurredAt":%d,"payload":{"orgId":%q,"activeRules":%d,"sourceEventId":%q}}`,
-		c.id, c.occurs, c.org, c.count, uuid.New())
+	return fmt.Appendf(nil, `{"id":%q,"type":"QuotaChanged","occurredAt":%d,"payload":{"orgId":%q,"activeRules":%d,"sourceEventId":%q,"version":%d}}`,
+		c.id, c.occurs, c.org, c.count, uuid.New(), c.version)
 }
 
 // send POSTs c signed with secret by the Standard Webhooks library, as
@@ -99,8 +100,9 @@ func envOf(secret, db string) map[string]string {
 }
 
 // TestStandIn: the stand-in applies each key once, answers a duplicate 200
-// without applying it again, refuses a bad signature with 401, keeps an org's
-// newest count whatever the order of arrival, and remembers every key it
+// without applying it again, refuses a bad signature with 401, keeps the
+// count of an org's highest version whatever the order of arrival or the
+// calls' occurredAt, and remembers every key it
 // applied across a SIGKILL: the key and its effect commit together.
 func TestStandIn(t *testing.T) {
 	t.Parallel()
@@ -109,24 +111,27 @@ func TestStandIn(t *testing.T) {
 	s := start(t, env)
 
 	org := uuid.New()
-	older := quotaCall{id: uuid.Must(uuid.NewV7()), org: org, count: 1, occurs: 1000}
-	newer := quotaCall{id: uuid.Must(uuid.NewV7()), org: org, count: 2, occurs: 2000}
-	other := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 7, occurs: 1500}
+	// The older change stamped later: two replicas that committed in the other order.
+	older := quotaCall{id: uuid.Must(uuid.NewV7()), org: org, count: 1, occurs: 2000, version: 1}
+	newer := quotaCall{id: uuid.Must(uuid.NewV7()), org: org, count: 2, occurs: 1000, version: 2}
+	other := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 7, occurs: 1500, version: 1}
 	require.Equal(t, http.StatusOK, s.send(t, secret, newer))
 	require.Equal(t, http.StatusOK, s.send(t, secret, older), "arrives last, is older")
 	require.Equal(t, http.StatusOK, s.send(t, secret, other))
 	require.Equal(t, http.StatusOK, s.send(t, secret, older), "a duplicate is answered 200")
-	require.Equal(t, http.StatusUnauthorized, s.send(t, newSecret(t), quotaCall{id: uuid.New(), org: org, count: 9, occurs: 3000}))
+	require.Equal(t, http.StatusUnauthorized, s.send(t, newSecret(t), quotaCall{id: uuid.New(), org: org, count: 9, occurs: 3000, version: 9}))
 	require.Equal(t, standin.Applied{Applied: 3, Duplicates: 1, Rejected: 1,
-		ByOrg: map[string]int64{org.String(): 2, other.org.String(): 7}}, s.applied(t))
+		ByOrg:    map[string]int64{org.String(): 2, other.org.String(): 7},
+		Versions: map[string]int64{org.String(): 2, other.org.String(): 1}}, s.applied(t))
 
 	s.p.Kill(t)
 	s = start(t, env)
 	require.Equal(t, http.StatusOK, s.send(t, secret, other), "after a crash, a key applied before is a duplicate")
-	third := quotaCall{id: uuid.Must(uuid.NewV7()), org: org, count: 3, occurs: 3000}
+	third := quotaCall{id: uuid.Must(uuid.NewV7()), org: org, count: 3, occurs: 3000, version: 3}
 	require.Equal(t, http.StatusOK, s.send(t, secret, third))
 	require.Equal(t, standin.Applied{Applied: 4, Duplicates: 2,
-		ByOrg: map[string]int64{org.String(): 3, other.org.String(): 7}}, s.applied(t))
+		ByOrg:    map[string]int64{org.String(): 3, other.org.String(): 7},
+		Versions: map[string]int64{org.String(): 3, other.org.String(): 1}}, s.applied(t))
 
 	resp, err := client.Get(s.base + "/healthz")
 	require.NoError(t, err)
@@ -148,8 +153,8 @@ func TestFailEvery(t *testing.T) {
 	env := envOf(secret, filepath.Join(t.TempDir(), "provider.db"))
 	env["PROVIDER_FAIL_EVERY"] = "2"
 	s := start(t, env)
-	a := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 1, occurs: 1000}
-	b := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 1, occurs: 1000}
+	a := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 1, occurs: 1000, version: 1}
+	b := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 1, occurs: 1000, version: 1}
 	require.Equal(t, http.StatusOK, s.send(t, secret, a))
 	require.Equal(t, http.StatusServiceUnavailable, s.send(t, secret, b), "the second call: applied, then 503")
 	require.Equal(t, http.StatusOK, s.send(t, secret, b), "its retry is a duplicate")

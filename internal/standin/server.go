@@ -27,7 +27,8 @@ const maxBody = 64 << 10
 // schema is the stand-in's database: the keys it applied, with what each
 // applied (the dedup record and the effect's history in one row), the latest
 // count of each org, and the duplicates it absorbed. CREATE ... IF NOT EXISTS:
-// a stand-in has no migrations.
+// a stand-in has no migrations (a file from before the version columns gets
+// them in Open: versionColumns).
 const schema = `
 CREATE TABLE IF NOT EXISTS provider_applied (
     idempotency_key TEXT    PRIMARY KEY,
@@ -35,13 +36,15 @@ CREATE TABLE IF NOT EXISTS provider_applied (
     active_rules    INTEGER NOT NULL,
     occurred_at     INTEGER NOT NULL,
     event_id        TEXT    NOT NULL,
-    applied_at      INTEGER NOT NULL
+    applied_at      INTEGER NOT NULL,
+    version         INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS provider_orgs (
     org_id       TEXT    PRIMARY KEY,
     active_rules INTEGER NOT NULL,
     occurred_at  INTEGER NOT NULL,
-    event_id     TEXT    NOT NULL
+    event_id     TEXT    NOT NULL,
+    version      INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS provider_counters (
     name TEXT    PRIMARY KEY,
@@ -73,14 +76,36 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error)
 		return nil, fmt.Errorf("PROVIDER_DB: %w", err)
 	}
 	err = db.InTx(ctx, sqldb.TxOptions{}, func(tx sqlite.Tx) error {
-		_, err := tx.Exec(ctx, schema)
-		return err
+		if _, err := tx.Exec(ctx, schema); err != nil {
+			return err
+		}
+		return versionColumns(ctx, tx)
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("PROVIDER_DB: create the tables: %w", err)
 	}
 	return &Server{db: db, verifier: verifier, logger: logger, failEach: cfg.FailEvery}, nil
+}
+
+// versionColumns adds the version columns to the tables of a file created
+// before them, its rows at version 0 (unversioned, as the calls of a billing
+// before its migration 00006 are).
+func versionColumns(ctx context.Context, tx sqlite.Tx) error {
+	for _, table := range []string{"provider_applied", "provider_orgs"} {
+		var n int
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM pragma_table_info(?1) WHERE name = 'version'`, table).Scan(&n)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// table is one of the two names above, never input.
+			if _, err := tx.Exec(ctx, `ALTER TABLE `+table+` ADD COLUMN version INTEGER NOT NULL DEFAULT 0`); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -104,6 +129,9 @@ type call struct {
 	Payload    struct {
 		OrgID       *uuid.UUID `json:"orgId"`
 		ActiveRules *int64     `json:"activeRules"`
+		// Version orders the org's changes (contract section 10); absent in
+		// the rows billing appended before its migration 00006: 0.
+		Version *int64 `json:"version"`
 	} `json:"payload"`
 }
 
@@ -134,9 +162,14 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var c call
-	if err := json.Unmarshal(body, &c); err != nil || c.Type != "QuotaChanged" || c.Payload.OrgID == nil || c.Payload.ActiveRules == nil || c.OccurredAt <= 0 {
-		answer(w, http.StatusBadRequest, `want {"id","type":"QuotaChanged","occurredAt","payload":{"orgId","activeRules"}}`)
+	if err := json.Unmarshal(body, &c); err != nil || c.Type != "QuotaChanged" || c.Payload.OrgID == nil || c.Payload.ActiveRules == nil || c.OccurredAt <= 0 ||
+		(c.Payload.Version != nil && *c.Payload.Version < 1) {
+		answer(w, http.StatusBadRequest, `want {"id","type":"QuotaChanged","occurredAt","payload":{"orgId","activeRules","version"}}, version 1 or more when present`)
 		return
+	}
+	var version int64 // unversioned: a row appended before billing's migration 00006
+	if c.Payload.Version != nil {
+		version = *c.Payload.Version
 	}
 	n := s.calls.Add(1)
 	var duplicate bool
@@ -145,9 +178,9 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	// sender's retry finds it and changes nothing.
 	err = s.db.InTx(r.Context(), sqldb.TxOptions{}, func(tx sqlite.Tx) error {
 		res, err := tx.Exec(r.Context(), `
-			INSERT INTO provider_applied (idempotency_key, org_id, active_rules, occurred_at, event_id, applied_at)
-			VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (idempotency_key) DO NOTHING`,
-			key, c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String(), time.Now().UnixMilli())
+			INSERT INTO provider_applied (idempotency_key, org_id, active_rules, occurred_at, event_id, applied_at, version)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (idempotency_key) DO NOTHING`,
+			key, c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String(), time.Now().UnixMilli(), version)
 		if err != nil {
 			return err
 		}
@@ -158,14 +191,20 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 			_, err = tx.Exec(r.Context(), `UPDATE provider_counters SET n = n + 1 WHERE name = 'duplicates'`)
 			return err
 		}
-		// Calls arrive in no order: an org keeps the count of its newest
-		// change (by occurredAt, then the UUIDv7 id), whatever came last.
+		// Calls arrive in no order: an org keeps the count of its highest
+		// version, whatever came last. occurredAt cannot order them: billing
+		// reads it before it takes the quota row's lock, so two replicas may
+		// commit two changes in the other order. An unversioned call (version
+		// 0, appended before billing's migration 00006) is kept only while the
+		// org has no versioned count, ordered among its kind as before: by
+		// occurredAt, then the UUIDv7 id.
 		_, err = tx.Exec(r.Context(), `
-			INSERT INTO provider_orgs (org_id, active_rules, occurred_at, event_id) VALUES (?1, ?2, ?3, ?4)
+			INSERT INTO provider_orgs (org_id, active_rules, occurred_at, event_id, version) VALUES (?1, ?2, ?3, ?4, ?5)
 			ON CONFLICT (org_id) DO UPDATE SET active_rules = excluded.active_rules,
-				occurred_at = excluded.occurred_at, event_id = excluded.event_id
-			WHERE (excluded.occurred_at, excluded.event_id) > (provider_orgs.occurred_at, provider_orgs.event_id)`,
-			c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String())
+				occurred_at = excluded.occurred_at, event_id = excluded.event_id, version = excluded.version
+			WHERE (excluded.version, excluded.occurred_at, excluded.event_id)
+				> (provider_orgs.version, provider_orgs.occurred_at, provider_orgs.event_id)`,
+			c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String(), version)
 		return err
 	})
 	if err != nil {
@@ -174,7 +213,8 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.logger.Info(map[bool]string{false: "quota change applied", true: "duplicate absorbed"}[duplicate],
-		"key", key, "org", c.Payload.OrgID.String(), "active_rules", *c.Payload.ActiveRules, "attempt_ts", r.Header.Get("webhook-timestamp"))
+		"key", key, "org", c.Payload.OrgID.String(), "active_rules", *c.Payload.ActiveRules, "version", version,
+		"attempt_ts", r.Header.Get("webhook-timestamp"))
 	if s.failEach > 0 && n%int64(s.failEach) == 0 {
 		s.injected.Add(1)
 		answer(w, http.StatusServiceUnavailable, "injected failure (PROVIDER_FAIL_EVERY) after the commit")
@@ -188,30 +228,31 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 type Applied struct {
 	Applied    int64            `json:"applied"`    // keys applied, each once (durable)
 	Duplicates int64            `json:"duplicates"` // calls whose key was applied before (durable)
-	ByOrg      map[string]int64 `json:"byOrg"`      // each org's count as of its newest change
+	ByOrg      map[string]int64 `json:"byOrg"`      // each org's count as of its highest version
+	Versions   map[string]int64 `json:"versions"`   // each org's highest version (0: only unversioned calls)
 	Rejected   int64            `json:"rejected"`   // calls refused for their signature, since start
 	Injected   int64            `json:"injected"`   // failures answered by PROVIDER_FAIL_EVERY, since start
 }
 
 func (s *Server) applied(w http.ResponseWriter, r *http.Request) {
-	out := Applied{ByOrg: map[string]int64{}, Rejected: s.rejected.Load(), Injected: s.injected.Load()}
+	out := Applied{ByOrg: map[string]int64{}, Versions: map[string]int64{}, Rejected: s.rejected.Load(), Injected: s.injected.Load()}
 	err := s.db.InTx(r.Context(), sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error {
 		if err := tx.QueryRow(r.Context(), `SELECT (SELECT count(*) FROM provider_applied),
 			(SELECT n FROM provider_counters WHERE name = 'duplicates')`).Scan(&out.Applied, &out.Duplicates); err != nil {
 			return err
 		}
-		rows, err := tx.Query(r.Context(), `SELECT org_id, active_rules FROM provider_orgs`)
+		rows, err := tx.Query(r.Context(), `SELECT org_id, active_rules, version FROM provider_orgs`)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var org string
-			var n int64
-			if err := rows.Scan(&org, &n); err != nil {
+			var n, v int64
+			if err := rows.Scan(&org, &n, &v); err != nil {
 				return err
 			}
-			out.ByOrg[org] = n
+			out.ByOrg[org], out.Versions[org] = n, v
 		}
 		return rows.Err()
 	})
