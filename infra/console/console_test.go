@@ -71,9 +71,18 @@ func (b *bundle) operator(t *testing.T) string {
 	return b.iss.Token(t, claims)
 }
 
+// reply is what a test reads of a response: its body is read and closed.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+	cookies    []*http.Cookie
+}
+
+func (r reply) Cookies() []*http.Cookie { return r.cookies }
+
 // send POSTs form (urlencoded) with the CSRF cookie and field "tok" and the
 // given cookies, or GETs when form is nil.
-func (b *bundle) send(t *testing.T, path string, form url.Values, cookies ...*http.Cookie) *http.Response {
+func (b *bundle) send(t *testing.T, path string, form url.Values, cookies ...*http.Cookie) reply {
 	t.Helper()
 	method, body := http.MethodGet, io.Reader(nil)
 	if form != nil {
@@ -91,11 +100,12 @@ func (b *bundle) send(t *testing.T, path string, form url.Values, cookies ...*ht
 	}
 	resp, err := b.client.Do(req)
 	require.NoError(t, err)
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header, cookies: resp.Cookies()}
 }
 
-func cookie(resp *http.Response, name string) *http.Cookie {
+func cookie(resp interface{ Cookies() []*http.Cookie }, name string) *http.Cookie {
 	for _, ck := range resp.Cookies() {
 		if ck.Name == name {
 			return ck
