@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -34,7 +35,7 @@ type bundle struct {
 	srv    *httptest.Server
 	iss    *authtest.Issuer
 	client *http.Client
-	acted  int
+	acted  atomic.Int64
 }
 
 // setup serves a console with a home page (GET /console/) and an action
@@ -56,7 +57,7 @@ func setup(t *testing.T, cfg web.Config) *bundle {
 	g := c.Group(e)
 	g.GET("/", func(ec echo.Context) error { return c.Render(ec, http.StatusOK, "home", "Home", nil) })
 	g.POST("/act", func(ec echo.Context) error {
-		b.acted++
+		b.acted.Add(1)
 		return ec.String(http.StatusOK, "acted on "+fmt.Sprint(len(ec.Request().PostForm["id"]))+" ids\n")
 	})
 	b.srv = httptest.NewServer(web.NewServer(cfg, e, logger))
@@ -145,7 +146,7 @@ func TestLogoutRevokesTheSession(t *testing.T) {
 	})
 	t.Run("a copy of the cookie cannot act: 401", func(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, b.send(t, "/console/act", url.Values{"id": {"1"}}, &copied).StatusCode)
-		require.Zero(t, b.acted)
+		require.Zero(t, b.acted.Load())
 	})
 	t.Run("another session of the same operator stays open", func(t *testing.T) {
 		other := b.login(t)
@@ -236,11 +237,11 @@ func TestFormBodies(t *testing.T) {
 	})
 	t.Run("an action in JSON is 415", func(t *testing.T) {
 		require.Equal(t, http.StatusUnsupportedMediaType, postAs("/console/act", "application/json", `{"csrf":"tok"}`, session))
-		require.Zero(t, b.acted)
+		require.Zero(t, b.acted.Load())
 	})
 	t.Run("a stranger's action is 401 whatever its body", func(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, postAs("/console/act", "text/plain", "csrf=tok"))
-		require.Zero(t, b.acted)
+		require.Zero(t, b.acted.Load())
 	})
 	t.Run("a sign-in just over MaxLoginForm is 413", func(t *testing.T) {
 		body := "csrf=tok&token=" + strings.Repeat("a", console.MaxLoginForm)
@@ -252,12 +253,12 @@ func TestFormBodies(t *testing.T) {
 			form.Add("id", "0190d8f4-7b1c-7cc2-8a4e-6a1e0f6b2c3d")
 		}
 		require.Equal(t, http.StatusOK, post("/console/act", form.Encode(), session))
-		require.Equal(t, 1, b.acted)
+		require.Equal(t, int64(1), b.acted.Load())
 	})
 	t.Run("an action just over MaxForm is 413", func(t *testing.T) {
 		body := "csrf=tok&id=" + strings.Repeat("a", console.MaxForm)
 		require.Equal(t, http.StatusRequestEntityTooLarge, post("/console/act", body, session))
-		require.Equal(t, 1, b.acted)
+		require.Equal(t, int64(1), b.acted.Load())
 	})
 }
 

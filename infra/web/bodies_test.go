@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -26,10 +27,10 @@ import (
 // otherwise be spooled to a temporary file.
 func TestBodies(t *testing.T) {
 	t.Parallel()
-	var reached, read int
+	var reached, read atomic.Int64
 	srv := start(t, func(e *echo.Echo) {
 		e.POST("/form", func(c echo.Context) error {
-			reached++
+			reached.Add(1)
 			// ParseMultipartForm would spool a multipart body to a file;
 			// ParseForm reads any other form.
 			if err := c.Request().ParseForm(); err != nil {
@@ -38,7 +39,7 @@ func TestBodies(t *testing.T) {
 			if err := c.Request().ParseMultipartForm(1 << 10); err != nil && !errors.Is(err, http.ErrNotMultipart) {
 				return c.String(http.StatusBadRequest, "unreadable")
 			}
-			read = len(c.Request().PostForm.Get("f"))
+			read.Store(int64(len(c.Request().PostForm.Get("f"))))
 			return c.NoContent(http.StatusNoContent)
 		})
 		e.GET("/get", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
@@ -79,7 +80,7 @@ func TestBodies(t *testing.T) {
 			require.Contains(t, string(b), `"code":"`+tc.code+`"`)
 		})
 	}
-	require.Zero(t, reached, "no refused body reached its handler")
+	require.Zero(t, reached.Load(), "no refused body reached its handler")
 
 	t.Run("a body without a length is cut at the bound", func(t *testing.T) {
 		body := io.MultiReader(strings.NewReader("f="), strings.NewReader(strings.Repeat("a", web.MaxBody)))
@@ -97,7 +98,7 @@ func TestBodies(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, http.StatusNoContent, resp.StatusCode)
-		require.Equal(t, web.MaxBody-2, read)
+		require.Equal(t, int64(web.MaxBody-2), read.Load())
 	})
 }
 
