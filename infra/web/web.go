@@ -1,5 +1,6 @@
 // Package web is the HTTP layer both services share: an echo instance with the one
-// error handler that maps fault codes to statuses, strict JSON decoding, request
+// error handler that maps fault codes to statuses, request bodies bounded before
+// any route reads them (Bodies), strict JSON decoding, request
 // metrics and logs whose labels come from fixed sets, panic recovery, the health,
 // readiness and metrics endpoints, and a server that listens in Start (a taken port
 // fails start-up) and, in Stop, refuses new work at once and drains what is in
