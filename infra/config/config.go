@@ -45,7 +45,8 @@ type Labeling struct {
 	DatabaseDefaulted bool
 	// Bounds are the database's (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
 	sqldb.Bounds
-	// HTTP is the server's (HTTP_ADDR, HTTP_REQUEST_TIMEOUT).
+	// HTTP is the server's (HTTP_ADDR, HTTP_REQUEST_TIMEOUT,
+	// CONSOLE_SECURE_COOKIES).
 	HTTP        web.Config
 	EventsToken string
 	BillingURL  string
@@ -82,7 +83,8 @@ type Billing struct {
 	DatabaseDefaulted bool // DATABASE_URL was unset, DatabaseURL is the default SQLite file
 	// Bounds are the database's (DB_STATEMENT_TIMEOUT, DB_LOCK_TIMEOUT).
 	sqldb.Bounds
-	// HTTP is the server's (HTTP_ADDR, HTTP_REQUEST_TIMEOUT).
+	// HTTP is the server's (HTTP_ADDR, HTTP_REQUEST_TIMEOUT,
+	// CONSOLE_SECURE_COOKIES).
 	HTTP web.Config
 	// Billing is the intake's and the use cases' (EVENTS_TOKEN,
 	// EVENTS_TOKEN_PREVIOUS, RECEIPTS_RETENTION, BILLING_APPLY_GROUP_MAX).
@@ -137,7 +139,7 @@ var (
 		"ProcessedRetention": "OUTBOX_PROCESSED_RETENTION",
 	}
 	boundsVars    = map[string]string{"StatementTimeout": "DB_STATEMENT_TIMEOUT", "LockTimeout": "DB_LOCK_TIMEOUT"}
-	webVars       = map[string]string{"Addr": "HTTP_ADDR", "RequestTimeout": "HTTP_REQUEST_TIMEOUT"}
+	webVars       = map[string]string{"Addr": "HTTP_ADDR", "RequestTimeout": "HTTP_REQUEST_TIMEOUT", "SecureCookies": "CONSOLE_SECURE_COOKIES"}
 	publisherVars = map[string]string{
 		"URL": "NATS_URL", "Creds": "NATS_CREDS", "Replicas": "NATS_REPLICAS",
 		"DuplicateWindow": "NATS_DUPLICATE_WINDOW", "Consumers": "NATS_CONSUMERS",
@@ -331,12 +333,14 @@ func LoadHTTPAddr(lookup Lookup, def string) string {
 	return r.str("HTTP_ADDR", def)
 }
 
-// web reads the server's settings: HTTP_ADDR (def when unset) and
-// HTTP_REQUEST_TIMEOUT.
+// web reads the server's settings: HTTP_ADDR (def when unset),
+// HTTP_REQUEST_TIMEOUT and CONSOLE_SECURE_COOKIES (false when unset: only a
+// request over TLS gets Secure cookies).
 func (r *reader) web(def string) web.Config {
 	c := web.Config{
 		Addr:           r.str("HTTP_ADDR", def),
 		RequestTimeout: r.duration("HTTP_REQUEST_TIMEOUT", web.DefaultRequestTimeout, web.MaxRequestTimeout),
+		SecureCookies:  r.boolean("CONSOLE_SECURE_COOKIES", false),
 	}
 	r.check(c, webVars)
 	return c

@@ -423,6 +423,44 @@ func TestLoadBilling(t *testing.T) {
 	})
 }
 
+// TestConsoleSecureCookies: CONSOLE_SECURE_COOKIES (both services) says a
+// proxy in front terminates TLS, so the server marks its cookies Secure; off
+// by default, and a value that is not a boolean stops start-up with one line
+// naming it.
+func TestConsoleSecureCookies(t *testing.T) {
+	t.Parallel()
+	load := map[string]func(config.Lookup) (web.Config, error){
+		"labeling": func(l config.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
+		"billing":  func(l config.Lookup) (web.Config, error) { c, err := config.LoadBilling(l); return c.HTTP, err },
+	}
+	for service, load := range load {
+		t.Run(service+": off by default, on with true", func(t *testing.T) {
+			t.Parallel()
+			c, err := load(env(base()))
+			require.NoError(t, err)
+			require.False(t, c.SecureCookies)
+			for value, want := range map[string]bool{"true": true, "false": false, "1": true, "0": false} {
+				kv := base()
+				kv["CONSOLE_SECURE_COOKIES"] = value
+				c, err := load(env(kv))
+				require.NoError(t, err)
+				require.Equal(t, want, c.SecureCookies, value)
+			}
+		})
+		for _, value := range []string{"yes", "on", "https", " true"} {
+			t.Run(service+": rejects "+value+" in one line naming CONSOLE_SECURE_COOKIES", func(t *testing.T) {
+				t.Parallel()
+				kv := base()
+				kv["CONSOLE_SECURE_COOKIES"] = value
+				_, err := load(env(kv))
+				require.Error(t, err)
+				require.True(t, strings.HasPrefix(err.Error(), "CONSOLE_SECURE_COOKIES: "), err.Error())
+				require.NotContains(t, err.Error(), "\n")
+			})
+		}
+	}
+}
+
 func TestLoadAuth(t *testing.T) {
 	t.Parallel()
 	on := map[string]string{

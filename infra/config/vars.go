@@ -65,6 +65,7 @@ var Vars = []Var{
 	{Name: "BILLING_URL", Services: LabelingService},
 	{Name: "CONSOLE_BILLING_URL", Services: LabelingService},
 	{Name: "CONSOLE_TRACE_URL", Services: LabelingService},
+	{Name: "CONSOLE_SECURE_COOKIES", Services: bothServices},
 	{Name: "OUTBOX_POLL_INTERVAL", Services: bothServices},
 	{Name: "OUTBOX_CLAIM_SIZE", Services: bothServices},
 	{Name: "OUTBOX_WORKERS", Services: bothServices},

@@ -11,8 +11,11 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
+	"mime"
 	"net"
 	"net/http"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/acme/outboxpair/infra/auth"
+	"github.com/acme/outboxpair/infra/web"
 )
 
 // Prefix is the path every console page lives under.
@@ -57,7 +61,7 @@ type Link struct {
 type Console struct {
 	info     Info
 	verifier *auth.Verifier // nil: AUTH_DISABLED=true, open on loopback only
-	sessions sessions
+	sessions *sessions
 	tmpl     *template.Template
 }
 
@@ -76,7 +80,7 @@ func New(info Info, verifier *auth.Verifier, pages fs.FS, funcs template.FuncMap
 	if err != nil {
 		return nil, err
 	}
-	sess, err := newSessions()
+	sess, err := newSessions(MaxRevoked)
 	if err != nil {
 		return nil, err
 	}
@@ -95,9 +99,24 @@ func (c *Console) Group(e *echo.Echo) *echo.Group {
 	return g
 }
 
+// MaxLoginForm bounds the body of a sign-in, the one POST a caller makes
+// before it is known: the CSRF field and an operator token (a JWT, rarely
+// over 2 KiB). MaxForm bounds every other console POST: the largest form the
+// console writes is the confirmation of an action on 1,000 rows (labeling's
+// maxAction), 1,000 times "id=<UUID>&" (40 bytes) besides the CSRF field.
+const (
+	MaxLoginForm = 8 << 10
+	MaxForm      = 48 << 10
+)
+
 // Guard sets the security headers on every console response, refuses a caller
-// the access rule does not admit (403), and refuses a POST whose CSRF field
-// does not repeat its cookie (403), before the handler runs.
+// the access rule does not admit (403), and then checks a POST's body before
+// anything reads it: a body that is not application/x-www-form-urlencoded is
+// a 415, one over MaxLoginForm (a sign-in) or MaxForm (any other) a 413, both
+// unread when the Content-Length says so; the form is then parsed within that
+// bound (a body without a length that runs over is a 413 too), in memory
+// only; and a POST whose CSRF field does not repeat its cookie is a 403,
+// before the handler runs.
 func (c *Console) Guard(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(ec echo.Context) error {
 		h := ec.Response().Header()
@@ -123,6 +142,9 @@ func (c *Console) Guard(next echo.HandlerFunc) echo.HandlerFunc {
 			if ec.Request().Method != http.MethodPost {
 				return ec.String(http.StatusMethodNotAllowed, "console: method not allowed\n")
 			}
+			if status, msg := readForm(ec, public); status != 0 {
+				return ec.String(status, msg)
+			}
 			if !validCSRF(ec.Request()) {
 				return ec.String(http.StatusForbidden, "console: missing or wrong CSRF token; reload the page and try again\n")
 			}
@@ -140,6 +162,34 @@ func loopback(r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// readForm parses a console POST's form within its bound (see Guard),
+// returning the status and text of a refusal, or 0. web.Bodies has already
+// refused a multipart body on every route; this is the console's tighter rule.
+func readForm(ec echo.Context, login bool) (int, string) {
+	r := ec.Request()
+	limit := int64(MaxForm)
+	if login {
+		limit = MaxLoginForm
+	}
+	if ct := r.Header.Get(echo.HeaderContentType); r.ContentLength != 0 || ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationForm {
+			return http.StatusUnsupportedMediaType, "console: a form must be sent as " + echo.MIMEApplicationForm + "\n"
+		}
+	}
+	tooLarge := fmt.Sprintf("console: a form is at most %d bytes\n", limit)
+	if err := web.LimitBody(ec, limit); err != nil {
+		return http.StatusRequestEntityTooLarge, tooLarge
+	}
+	if err := r.ParseForm(); err != nil {
+		var over *http.MaxBytesError
+		if errors.As(err, &over) {
+			return http.StatusRequestEntityTooLarge, tooLarge
+		}
+		return http.StatusBadRequest, "console: the form could not be read\n"
+	}
+	return 0, ""
 }
 
 // validCSRF is the double-submit check: the form's field equals the cookie,
@@ -164,7 +214,7 @@ func token(ec echo.Context) string {
 	v := base64.RawURLEncoding.EncodeToString(b)
 	ec.SetCookie(&http.Cookie{
 		Name: csrfCookie, Value: v, Path: "/console", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: ec.Request().TLS != nil,
+		SameSite: http.SameSiteStrictMode, Secure: web.Secure(ec.Request()),
 	})
 	return v
 }

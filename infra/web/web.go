@@ -1,5 +1,6 @@
 // Package web is the HTTP layer both services share: an echo instance with the one
-// error handler that maps fault codes to statuses, strict JSON decoding, request
+// error handler that maps fault codes to statuses, request bodies bounded before
+// any route reads them (Bodies), strict JSON decoding, request
 // metrics and logs whose labels come from fixed sets, panic recovery, the health,
 // readiness and metrics endpoints, and a server that listens in Start (a taken port
 // fails start-up) and, in Stop, refuses new work at once and drains what is in
@@ -37,7 +38,8 @@ import (
 	"github.com/acme/outboxpair/infra/telemetry"
 )
 
-// MaxBody is the largest request body DecodeJSON reads; more is a 413.
+// MaxBody is the largest request body any route reads (Bodies bounds every
+// one; DecodeJSON reads at most this much); more is a 413.
 const MaxBody = 64 << 10
 
 // StopStep names the server's share of the stop budget: its DrainTimeout,
@@ -87,6 +89,11 @@ const drainSlack = 2 * time.Second
 // Config is what the server needs from the service's configuration.
 type Config struct {
 	Addr string
+	// SecureCookies says browsers reach the service over HTTPS although it
+	// serves plain HTTP (a TLS-terminating proxy in front): every request is
+	// then Secure (see Secure), so the cookies the console sets carry the
+	// Secure attribute. A request that arrived over TLS is Secure either way.
+	SecureCookies bool
 	// RequestTimeout is the deadline of every request's context (0 means
 	// DefaultRequestTimeout): a request waiting on a lock or a slow database ends
 	// with a 503 instead of holding its connection for ever.
@@ -196,6 +203,7 @@ func New(logger *slog.Logger, db Pinger, opts ...Option) *echo.Echo {
 		e.Use(telemetry.Middleware())
 	}
 	e.Use(observe(logger))
+	e.Use(Bodies)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -380,6 +388,44 @@ func Unmarshal(raw []byte, v any) error {
 	return nil
 }
 
+// Bodies bounds the body of every request before any handler or middleware
+// of a route can read it: a multipart body (of any multipart type) is a 415
+// and one whose Content-Length is over MaxBody a 413, both without reading a
+// byte of it; any other body is read through an http.MaxBytesReader of
+// MaxBody bytes, so a body without a length (chunked) that runs over is cut
+// there and its reader fails. Nothing a route does can then hold more than
+// MaxBody bytes of a request in memory, nor write one to disk (only a
+// multipart form is spooled to temporary files, and none is parsed). A route
+// may bound its bodies tighter (LimitBody).
+func Bodies(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := LimitBody(c, MaxBody); err != nil {
+			return err
+		}
+		return next(c)
+	}
+}
+
+// LimitBody refuses, without reading it, a request body that is multipart
+// (415) or whose Content-Length is over limit (413), and bounds the rest to
+// limit bytes with an http.MaxBytesReader. A request without a body passes.
+func LimitBody(c echo.Context, limit int64) error {
+	r := c.Request()
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	// The raw value, not mime.ParseMediaType's: a malformed multipart type is
+	// refused too, whatever a later parser would make of it.
+	if ct := strings.ToLower(strings.TrimSpace(r.Header.Get(echo.HeaderContentType))); strings.HasPrefix(ct, "multipart/") {
+		return fault.Errorf(fault.UnsupportedMediaType, "multipart bodies are not accepted")
+	}
+	if r.ContentLength > limit {
+		return fault.Errorf(fault.TooLarge, "body is larger than %d bytes", limit)
+	}
+	r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
+	return nil
+}
+
 // readBody reads at most MaxBody bytes of the request body.
 func readBody(c echo.Context) ([]byte, error) {
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBody))
@@ -560,6 +606,7 @@ type Server struct {
 	logger         *slog.Logger
 	done           chan struct{}
 	draining       atomic.Bool
+	secure         bool // Config.SecureCookies
 }
 
 // NewServer returns a server for e on cfg.Addr; it listens only when started.
@@ -568,7 +615,7 @@ func NewServer(cfg Config, e *echo.Echo, logger *slog.Logger) *Server {
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
-	s := &Server{addr: cfg.Addr, handler: e, requestTimeout: timeout, logger: logger}
+	s := &Server{addr: cfg.Addr, handler: e, requestTimeout: timeout, logger: logger, secure: cfg.SecureCookies}
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -598,7 +645,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout)
 	defer cancel()
-	s.handler.ServeHTTP(w, r.WithContext(ctx))
+	if s.secure {
+		ctx = context.WithValue(ctx, secureKey{}, true)
+	}
+	inner := r.WithContext(ctx)
+	s.handler.ServeHTTP(w, inner)
+	// net/http removes the temporary files of the request it passed in, not of
+	// this copy's: should a handler ever parse a multipart form (Bodies refuses
+	// one on every route), its files must not outlive the request.
+	if inner.MultipartForm != nil && inner.MultipartForm != r.MultipartForm {
+		_ = inner.MultipartForm.RemoveAll()
+	}
+}
+
+// secureKey marks the context of a request that Config.SecureCookies says
+// reached the service over HTTPS.
+type secureKey struct{}
+
+// Secure reports whether r reached the service over HTTPS: it arrived over
+// TLS, or the server's Config.SecureCookies says a proxy in front terminates
+// TLS. A cookie set in answer to r is Secure when this is true.
+func Secure(r *http.Request) bool {
+	on, _ := r.Context().Value(secureKey{}).(bool)
+	return r.TLS != nil || on
 }
 
 // Start listens on the configured address, so that a taken port fails start-up,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -138,6 +139,20 @@ type call struct {
 // receive verifies, then applies the call once per Idempotency-Key and
 // answers only after the commit.
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
+	// The body is checked before a byte of it is read, as both services check
+	// theirs (web.Bodies): a Content-Type, when sent, must be JSON (billing
+	// sends application/json), so a form or multipart body is never parsed,
+	// and a Content-Length over the bound is refused unread.
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			answer(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+			return
+		}
+	}
+	if r.ContentLength > maxBody {
+		answer(w, http.StatusRequestEntityTooLarge, "body over 64 KiB")
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
 	switch {
