@@ -95,9 +95,9 @@ type Billing struct {
 	// Relay is the relay of billing's outbox, billing_outbox_events (the
 	// OUTBOX_* variables, as labeling's); it runs only with Provider.URL.
 	Relay outbox.Config
-	// Provider is where the relay calls (PROVIDER_URL; empty: no relay, the
-	// rows are kept and nothing is called) and the secrets that sign
-	// (PROVIDER_SECRET).
+	// Provider is where the relay calls (PROVIDER_URL; empty: no relay, no
+	// QuotaChanged row is appended, rows already pending are kept) and the
+	// secrets that sign (PROVIDER_SECRET).
 	Provider webhook.Config
 
 	// NATS, when its URL (NATS_URL) is set, makes billing also consume the
