@@ -194,10 +194,10 @@ func sqliteNATSFailed(rows *sql.Rows, full bool) ([]NATSFailed, error) {
 
 // jsonIDs is ids as a JSON array, for json_each.
 func jsonIDs(ids []int64) string {
-	b, _ := json.Marshal(ids) // []int64 always marshals
-	if ids == nil {
-		return "[]"
+	if len(ids) == 0 {
+		return "[]" // not null, which json_each reads as one NULL
 	}
+	b, _ := json.Marshal(ids) // []int64 always marshals
 	return string(b)
 }
 
