@@ -135,22 +135,46 @@ func (c *Console) quota(ec echo.Context) error {
 	return c.ui.Render(ec, http.StatusOK, "quota", "Quota lookup", d)
 }
 
-// natsShown is the most NATS records the page lists.
+// natsShown is the most NATS records a page lists.
 const natsShown = 200
 
 type natsData struct {
-	Rows   []inbox.NATSFailed
-	Total  int
-	Replay bool
+	Rows []inbox.NATSFailed
+	// Total is the table's record count (its tally, no scan).
+	Total int64
+	// After is the page's cursor (the id its records follow; 0: the first
+	// page), Next the next page's (0: none).
+	After, Next int64
+	Replay      bool
 }
 
+// nats lists one page of billing_nats_failed: the natsShown records after
+// the id ?after= (0: the first), read by keyset without their payloads, so a
+// page costs the same whatever the table holds.
 func (c *Console) nats(ec echo.Context) error {
-	rows, err := ListNATSFailed(ec.Request().Context(), c.db)
+	var after int64
+	if a := ec.QueryParam("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 0 {
+			return c.fail(ec, errBadCursor)
+		}
+		after = n
+	}
+	ctx := ec.Request().Context()
+	rows, err := PageNATSFailed(ctx, c.db, after, natsShown+1)
 	if err != nil {
 		return c.fail(ec, err)
 	}
-	d := natsData{Total: len(rows), Replay: c.cfg.Replayer != nil}
-	d.Rows = rows[:min(len(rows), natsShown)]
+	total, _, err := NATSFailedSize(ctx, c.db)
+	if err != nil {
+		return c.fail(ec, err)
+	}
+	d := natsData{Total: total, After: after, Replay: c.cfg.Replayer != nil}
+	if len(rows) > natsShown {
+		rows = rows[:natsShown]
+		d.Next = rows[natsShown-1].ID
+	}
+	d.Rows = rows
 	return c.ui.Render(ec, http.StatusOK, "nats", "NATS records (billing_nats_failed)", d)
 }
 
@@ -179,7 +203,10 @@ func seqs(ec echo.Context) ([]int64, bool, error) {
 	return ids, false, nil
 }
 
-var errBadConsoleForm = errors.New("select at least one record by its id")
+var (
+	errBadConsoleForm = errors.New("select at least one record by its id")
+	errBadCursor      = errors.New("after must be a record id (a non-negative integer)")
+)
 
 func (c *Console) confirm(ec echo.Context) error {
 	ids, all, err := seqs(ec)
@@ -188,11 +215,11 @@ func (c *Console) confirm(ec echo.Context) error {
 	}
 	n := len(ids)
 	if all {
-		rows, err := ListNATSFailed(ec.Request().Context(), c.db)
+		total, _, err := NATSFailedSize(ec.Request().Context(), c.db)
 		if err != nil {
 			return c.fail(ec, err)
 		}
-		n = len(rows)
+		n = int(total)
 	}
 	return c.ui.Render(ec, http.StatusOK, "replayconfirm", "Confirm replay", replayData{IDs: ids, All: all, Count: n})
 }
@@ -210,7 +237,7 @@ func (c *Console) replay(ec echo.Context) error {
 }
 
 func (c *Console) fail(ec echo.Context, err error) error {
-	if errors.Is(err, errBadConsoleForm) {
+	if errors.Is(err, errBadConsoleForm) || errors.Is(err, errBadCursor) {
 		return c.ui.Render(ec, http.StatusBadRequest, "message", "Bad request", "Nothing changed: "+err.Error()+".")
 	}
 	if c.db.Unavailable(err) || errors.Is(err, context.DeadlineExceeded) {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +131,59 @@ func TestBillingConsole(t *testing.T) {
 			require.NotContains(t, body, "Replay")
 			const csrf = "test-csrf"
 			require.NotEqual(t, http.StatusOK, consoleDo(e2, http.MethodPost, "/console/nats/replay", url.Values{"csrf": {csrf}, "id": {"7"}}, csrf).Code)
+		})
+	})
+}
+
+// TestBillingConsoleNATSPages: the NATS records page lists a page of records
+// after a cursor, read without their payloads, whatever the table holds.
+func TestBillingConsoleNATSPages(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := dbtest.New(t, d, migrations.Billing)
+		// 450 records, ids 1 to 450 (a fresh table), in one statement.
+		db.Exec(t, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 450)
+			INSERT INTO billing_nats_failed (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
+			SELECT i, 1, 'labeling.events.RuleActivated', CAST('m-' || i AS BYTEA), '{}', 'r', 1, 0, ''  FROM n`)
+		// A listing that selected the payload or the signature would fail
+		// now: the page must read neither.
+		db.Exec(t, `ALTER TABLE billing_nats_failed RENAME COLUMN payload TO payload_unread`)
+		db.Exec(t, `ALTER TABLE billing_nats_failed RENAME COLUMN signature TO signature_unread`)
+		e, _ := consoleOn(t, db, &recordingReplayer{})
+		listed := regexp.MustCompile(`name="id" value="(\d+)"`)
+		page := func(path string) (ids []string, body string) {
+			t.Helper()
+			rec := consoleDo(e, http.MethodGet, path, nil, "")
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			for _, m := range listed.FindAllStringSubmatch(rec.Body.String(), -1) {
+				ids = append(ids, m[1])
+			}
+			return ids, rec.Body.String()
+		}
+		seq := func(from, to int) []string {
+			var out []string
+			for i := from; i <= to; i++ {
+				out = append(out, strconv.Itoa(i))
+			}
+			return out
+		}
+
+		t.Run("pages of 200 after a cursor, read without payloads, with the count from the tally", func(t *testing.T) {
+			ids, body := page("/console/nats")
+			require.Equal(t, seq(1, 200), ids, "the first page: the oldest 200")
+			require.Contains(t, body, "450 record(s)")
+			require.Contains(t, body, `href="/console/nats?after=200"`)
+			ids, body = page("/console/nats?after=200")
+			require.Equal(t, seq(201, 400), ids)
+			require.Contains(t, body, `href="/console/nats?after=400"`)
+			ids, body = page("/console/nats?after=400")
+			require.Equal(t, seq(401, 450), ids, "the last page")
+			require.NotContains(t, body, "Next page")
+			ids, _ = page("/console/nats?after=450")
+			require.Empty(t, ids)
+			for _, bad := range []string{"x", "-1"} {
+				require.Equal(t, http.StatusBadRequest, consoleDo(e, http.MethodGet, "/console/nats?after="+bad, nil, "").Code)
+			}
 		})
 	})
 }

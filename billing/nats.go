@@ -29,7 +29,22 @@ const (
 )
 
 // ListNATSFailed returns every terminated message of billing_nats_failed in
-// db, in the order recorded (`billing nats failed`, the console).
+// db, in the order recorded, payloads included: for tests and small tables.
+// A listing pages (PageNATSFailed).
 func ListNATSFailed(ctx context.Context, db sqldb.DB) ([]inbox.NATSFailed, error) {
 	return inbox.NewStore(db, ReceiptsTable, NATSFailedTable).ListNATSFailed(ctx)
+}
+
+// PageNATSFailed returns up to limit records of billing_nats_failed in db
+// with an id above after, in the order recorded, without their payload and
+// signature (`billing nats failed`, the console's page): a keyset page, whose
+// cost is the page's whatever the table holds.
+func PageNATSFailed(ctx context.Context, db sqldb.DB, after int64, limit int) ([]inbox.NATSFailed, error) {
+	return inbox.NewStore(db, ReceiptsTable, NATSFailedTable).PageNATSFailed(ctx, after, limit)
+}
+
+// NATSFailedSize is how many records billing_nats_failed holds in db and
+// their payloads' bytes, read from billing_nats_failed_size (no scan).
+func NATSFailedSize(ctx context.Context, db sqldb.DB) (rows, bytes int64, err error) {
+	return inbox.NewStore(db, ReceiptsTable, NATSFailedTable).NATSFailedSize(ctx)
 }

@@ -36,9 +36,10 @@ func TestReplayNATSFailed(t *testing.T) {
 			b := setup(t, freshDB(t, d))
 			org := uuid.New()
 			recordWrongKey(t, b, org, 3)
+			last := b.lastNATSFailed(t)
 			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
 			require.NoError(t, err)
-			require.Equal(t, inbox.ReplayReport{Records: 3, Replayed: 3, Stayed: map[string]int{}}, rep)
+			require.Equal(t, inbox.ReplayReport{Records: 3, Replayed: 3, Stayed: map[string]int{}, Last: last}, rep)
 			require.Equal(t, "replayed 3 of 3 records", rep.String())
 			require.EqualValues(t, 3, *b.activeRules(t, org))
 			require.Equal(t, 3, b.count(t, "billing_receipts"))
@@ -99,7 +100,7 @@ func TestReplayNATSFailed(t *testing.T) {
 				rep, err := b.svc.ReplayNATSFailed(context.Background(), [][]byte{[]byte("yet-another-token")}, []int64{id, id + 1000})
 				require.NoError(t, err)
 				require.Equal(t, inbox.ReplayReport{Records: 2, Replayed: 0, Stayed: map[string]int{
-					inbox.StayedSignature: 1, inbox.StayedNoSuchRecord: 1}}, rep)
+					inbox.StayedSignature: 1, inbox.StayedNoSuchRecord: 1}, Last: id}, rep)
 			}
 			require.Nil(t, b.activeRules(t, org))
 			rows, err = billing.ListNATSFailed(context.Background(), b.db.DB)
@@ -115,13 +116,29 @@ func TestReplayNATSFailed(t *testing.T) {
 			ev := newEvent(billing.RuleActivated, org)
 			b.db.Exec(t, `INSERT INTO billing_nats_failed (stream_seq, subject, msg_id, payload, reason, deliveries, failed_at)
 				VALUES (1, $1, $2, $3, 'signature invalid', 1, 0)`, []byte(natsSubject), []byte(ev.ID), []byte(ev.body()))
+			last := b.lastNATSFailed(t)
 			rep, err := b.svc.ReplayNATSFailed(context.Background(), keys, nil)
 			require.NoError(t, err)
-			require.Equal(t, inbox.ReplayReport{Records: 1, Stayed: map[string]int{inbox.StayedNoSignature: 1}}, rep)
+			require.Equal(t, inbox.ReplayReport{Records: 1, Stayed: map[string]int{inbox.StayedNoSignature: 1}, Last: last}, rep)
 			require.Nil(t, b.activeRules(t, org))
 			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
 			require.NoError(t, err)
 			require.Contains(t, rows[0].Reason, "before migration 00004")
+		})
+
+		t.Run("a replay after a record checks only the records above it", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, freshDB(t, d))
+			org := uuid.New()
+			recordWrongKey(t, b, org, 3)
+			rows, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			rep, err := b.svc.ReplayNATSFailedAfter(context.Background(), keys, rows[0].ID, 0)
+			require.NoError(t, err)
+			require.Equal(t, inbox.ReplayReport{Records: 2, Replayed: 2, Stayed: map[string]int{}, Last: rows[2].ID}, rep)
+			left, err := billing.ListNATSFailed(context.Background(), b.db.DB)
+			require.NoError(t, err)
+			require.Equal(t, rows[:1], left)
 		})
 
 		t.Run("needs a key", func(t *testing.T) {
@@ -130,4 +147,10 @@ func TestReplayNATSFailed(t *testing.T) {
 			require.ErrorContains(t, err, "EVENTS_TOKEN")
 		})
 	})
+}
+
+// lastNATSFailed is the id of billing_nats_failed's newest record (0: none).
+func (b *bundle) lastNATSFailed(t testing.TB) int64 {
+	t.Helper()
+	return int64(b.db.Count(t, `SELECT coalesce(max(id), 0) FROM billing_nats_failed`))
 }

@@ -80,6 +80,12 @@ func (c NATSConfig) Check(name func(field string) string) error {
 // database are naked, as the HTTP intake answers 501 and 503, until
 // cfg.MaxDeliveries; then they are recorded and terminated, never applied.
 func (s *Inbox[V]) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
+	return s.natsHandler(cfg, nil)
+}
+
+// natsHandler is NATSHandler, with onVerify called before each signature its
+// prune verifies.
+func (s *Inbox[V]) natsHandler(cfg NATSConfig, onVerify func()) (stream.Handler, error) {
 	if len(cfg.Key) == 0 {
 		return nil, errors.New("EVENTS_TOKEN: required to verify the stream's messages")
 	}
@@ -87,16 +93,16 @@ func (s *Inbox[V]) NATSHandler(cfg NATSConfig) (stream.Handler, error) {
 	if len(cfg.PreviousKey) > 0 {
 		keys = append(keys, cfg.PreviousKey)
 	}
-	b := &bound{rows: cfg.MaxFailedRows, bytes: cfg.MaxFailedBytes, keys: keys}
+	b := &bound{rows: cfg.MaxFailedRows, bytes: cfg.MaxFailedBytes, keys: keys, onVerify: onVerify}
 	return func(ctx context.Context, m stream.Message) error {
 		var err error
 		if verr := stream.VerifyAny(keys, m.Subject, m.MsgID, m.Data, m.Signature); verr != nil {
 			s.m.signatureRejects.Inc()
-			err = s.deadLetter(ctx, m, verr.Error())
+			err = s.deadLetter(ctx, m, verr.Error(), false)
 		} else {
 			err = s.handleNATS(ctx, m)
 			if err != nil && !stream.IsTerminal(err) && cfg.MaxDeliveries != 0 && m.Delivered >= cfg.MaxDeliveries {
-				err = s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err))
+				err = s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err), true)
 			}
 		}
 		if stream.IsTerminal(err) {
@@ -115,7 +121,7 @@ func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
 	// duplicate, valid UTF-8, no NUL, one value.
 	if err := web.Unmarshal(m.Data, &env); err != nil {
 		s.countEvent(TypeOther, OutcomeRejected)
-		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error())
+		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error(), true)
 	}
 	e, err := s.decode(env)
 	if err != nil {
@@ -129,11 +135,11 @@ func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
 			// handler later applies it, until cfg.MaxDeliveries records it.
 			return err
 		}
-		return s.deadLetter(ctx, m, err.Error())
+		return s.deadLetter(ctx, m, err.Error(), true)
 	}
 	if m.MsgID != "" && m.MsgID != e.ID.String() {
 		s.countEvent(e.Type, OutcomeRejected)
-		return s.deadLetter(ctx, m, "Nats-Msg-Id must equal the body's id")
+		return s.deadLetter(ctx, m, "Nats-Msg-Id must equal the body's id", true)
 	}
 	applied, err := s.Apply(ctx, e)
 	s.countApply(e.Type, applied, err)
@@ -145,14 +151,15 @@ func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
 	return inject(s.c.Failpoints.NATSAfterCommit)
 }
 
-// deadLetter records m with reason and returns the error that terminates it, or,
-// when the record cannot be written, an ordinary error so the message comes back.
-func (s *Inbox[V]) deadLetter(ctx context.Context, m stream.Message, reason string) error {
+// deadLetter records m with reason, and whether its signature verified, and
+// returns the error that terminates it, or, when the record cannot be
+// written, an ordinary error so the message comes back.
+func (s *Inbox[V]) deadLetter(ctx context.Context, m stream.Message, reason string, verified bool) error {
 	err := s.d.write(ctx, func(tx recordTx) error {
 		return tx.InsertNATSFailed(ctx, NATSFailed{
 			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
-			Signature: &m.Signature,
-			Reason:    wire.Clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
+			Signature: &m.Signature, Verified: verified,
+			Reason: wire.Clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
 		})
 	})
 	if err != nil {
@@ -186,15 +193,28 @@ type NATSFailed struct {
 	// Signature is the Events-Signature header as received ("" when absent),
 	// so the record can be verified again; nil for a record written before
 	// migration 00004, which stored none.
-	Signature  *string
+	Signature *string
+	// Verified is whether the signature verified when the message was
+	// recorded (under the keys of then). The bound never drops a verified
+	// record; it verifies an unverified one again before it drops it.
+	Verified   bool
 	Reason     string
 	Deliveries uint64
 	FailedAt   int64 // epoch ms
 }
 
-// ListNATSFailed returns every terminated message, in the order recorded.
+// ListNATSFailed returns every terminated message, in the order recorded,
+// payloads included: for tests and small tables. A listing pages through
+// PageNATSFailed instead.
 func (s *Inbox[V]) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
 	return s.d.store.ListNATSFailed(ctx)
+}
+
+// PageNATSFailed returns up to limit records with an id above after, in the
+// order recorded, without their payload and signature: one page of a
+// listing, whose cost is the page's, not the table's.
+func (s *Inbox[V]) PageNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.d.store.PageNATSFailed(ctx, after, limit)
 }
 
 // bound is a handler's bound on the NATSFailed table, and its pruning state.
@@ -202,19 +222,30 @@ type bound struct {
 	rows, bytes int64
 	keys        [][]byte
 
+	onVerify func() // called before each signature prune verifies (tests)
+
 	mu         sync.Mutex // one prune at a time per handler
 	dropped    int64      // since the last log line
 	lastLogged time.Time
 }
 
+// pruneBatch is how many unverified records prune reads at a time.
+const pruneBatch = 100
+
 // prune drops, oldest first, records whose signature fails under b.keys until
-// the table is within b (or only verified records are left).
+// the table is within b (or only verified records are left). Its cost is
+// what it drops, not the table: the size is the tally the table's triggers
+// keep, and it reads only records not verified when recorded, oldest first,
+// through their partial index. Each is verified again before it is dropped
+// (a record of before migration 00007, or one signed with a key added since):
+// one that passes is marked verified, so it is read at most once.
 func (s *Inbox[V]) prune(ctx context.Context, b *bound) {
 	if b.rows <= 0 && b.bytes <= 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer s.logDropped(b)
 	rows, bytes, err := s.d.store.NATSFailedSize(ctx)
 	if err != nil {
 		s.logger.Warn(s.c.NATSFailed+" bound not checked", "error", err)
@@ -223,33 +254,58 @@ func (s *Inbox[V]) prune(ctx context.Context, b *bound) {
 	over := func() bool { return (b.rows > 0 && rows > b.rows) || (b.bytes > 0 && bytes > b.bytes) }
 	var after int64
 	for over() {
-		batch, err := s.d.store.OldestNATSFailed(ctx, after, 100)
+		batch, err := s.d.store.OldestUnverifiedNATSFailed(ctx, after, pruneBatch)
 		if err != nil {
 			s.logger.Warn(s.c.NATSFailed+" bound not kept", "error", err)
-			break
+			return
 		}
 		if len(batch) == 0 {
-			break // only records that verify are left: never dropped
+			return // only records that verify are left: never dropped
 		}
+		var verified, drop []int64
 		for _, f := range batch {
-			after = f.ID
 			if !over() {
 				break
 			}
+			after = f.ID
+			if b.onVerify != nil {
+				b.onVerify()
+			}
 			if f.Signature != nil && stream.VerifyAny(b.keys, f.Subject, f.MsgID, f.Payload, *f.Signature) == nil {
+				verified = append(verified, f.ID)
 				continue
 			}
-			if err := s.d.write(ctx, func(tx recordTx) error {
-				return tx.DeleteNATSFailed(ctx, f.ID)
-			}); err != nil {
-				s.logger.Warn(s.c.NATSFailed+" bound not kept", "error", err)
-				return
-			}
+			drop = append(drop, f.ID)
 			rows, bytes = rows-1, bytes-int64(len(f.Payload))
-			s.m.failedDropped.Inc()
-			b.dropped++
 		}
+		// The marks first, the delete last: the delete's trigger takes the
+		// tally's row lock, held until the commit, after every other lock.
+		var dropped int64
+		if err := s.d.write(ctx, func(tx recordTx) error {
+			if len(verified) > 0 {
+				if err := tx.MarkNATSFailedVerified(ctx, verified); err != nil {
+					return err
+				}
+			}
+			if len(drop) > 0 {
+				var err error
+				dropped, err = tx.DeleteNATSFailed(ctx, drop...)
+				return err
+			}
+			return nil
+		}); err != nil {
+			s.logger.Warn(s.c.NATSFailed+" bound not kept", "error", err)
+			return
+		}
+		// Another replica may have dropped some of them first: only the
+		// records this delete removed are counted.
+		s.m.failedDropped.Add(float64(dropped))
+		b.dropped += dropped
 	}
+}
+
+// logDropped logs the records dropped since the last line, at most once a minute.
+func (s *Inbox[V]) logDropped(b *bound) {
 	if b.dropped > 0 && time.Since(b.lastLogged) >= time.Minute {
 		s.logger.Warn(s.c.NATSFailed+" past its bound: dropped records whose signature failed, oldest first",
 			"dropped", b.dropped, "max_rows", b.rows, "max_bytes", b.bytes)

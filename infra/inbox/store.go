@@ -20,12 +20,28 @@ type Store interface {
 	// DeleteReceipts deletes at most limit receipts created before before
 	// (epoch ms) and returns how many: the retention of the receipts table.
 	DeleteReceipts(ctx context.Context, before int64, limit int) (int64, error)
-	// ListNATSFailed returns every terminated message, in the order recorded.
+	// ListNATSFailed returns every terminated message, in the order recorded,
+	// payloads included: for tests and small tables; a listing pages
+	// (PageNATSFailed).
 	ListNATSFailed(ctx context.Context) ([]NATSFailed, error)
-	// NATSFailedSize is how many records there are and their payloads' bytes.
+	// PageNATSFailed returns up to limit records with an id above after,
+	// oldest first, without their payload and signature (Payload and
+	// Signature nil): a listing's page, whatever the payloads weigh.
+	PageNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error)
+	// NATSFailedSize is how many records there are and their payloads'
+	// bytes, read from the tally the table's triggers keep (one row, no scan).
 	NATSFailedSize(ctx context.Context) (rows, bytes int64, err error)
-	// OldestNATSFailed returns up to limit records with an id above after, oldest first.
+	// OldestNATSFailed returns up to limit records with an id above after,
+	// oldest first, payloads included (a replay's batch).
 	OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error)
+	// NATSFailedByID returns the records of ids that exist, oldest first,
+	// payloads included.
+	NATSFailedByID(ctx context.Context, ids []int64) ([]NATSFailed, error)
+	// OldestUnverifiedNATSFailed returns up to limit records with an id above
+	// after that were not verified when recorded, oldest first, payloads
+	// included: through the partial index of the unverified records, so it
+	// never reads a verified one.
+	OldestUnverifiedNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error)
 }
 
 // TxStore is the inbox's statements that run in their caller's transaction:
@@ -35,10 +51,13 @@ type TxStore[TX any] interface {
 	// InsertNATSFailed records a terminated message once (keyed by stream_seq
 	// and stored_at).
 	InsertNATSFailed(ctx context.Context, tx TX, f NATSFailed) error
-	// DeleteNATSFailed deletes the record id, if it is still there.
-	DeleteNATSFailed(ctx context.Context, tx TX, id int64) error
+	// DeleteNATSFailed deletes the records ids that are still there and
+	// returns how many it deleted.
+	DeleteNATSFailed(ctx context.Context, tx TX, ids ...int64) (int64, error)
 	// SetNATSFailedReason replaces the reason of the record id, if it is still there.
 	SetNATSFailedReason(ctx context.Context, tx TX, id int64, reason string) error
+	// MarkNATSFailedVerified marks the records ids verified.
+	MarkNATSFailedVerified(ctx context.Context, tx TX, ids []int64) error
 }
 
 // DialectStore is the inbox store of one dialect.
@@ -47,14 +66,21 @@ type DialectStore[TX any] interface {
 	TxStore[TX]
 }
 
-// tables are a consumer's table names, checked identifiers.
-type tables struct{ receipts, natsFailed string }
+// tables are a consumer's table names, checked identifiers: natsSize is the
+// NATSFailed table's tally (its name with "_size"), kept by its triggers.
+type tables struct{ receipts, natsFailed, natsSize string }
+
+// newTables returns a consumer's table names.
+func newTables(receipts, natsFailed string) tables {
+	return tables{receipts: receipts, natsFailed: natsFailed, natsSize: natsFailed + "_size"}
+}
 
 // recordTx is the dead-letter statements of one transaction, bound to it.
 type recordTx interface {
 	InsertNATSFailed(ctx context.Context, f NATSFailed) error
-	DeleteNATSFailed(ctx context.Context, id int64) error
+	DeleteNATSFailed(ctx context.Context, ids ...int64) (int64, error)
 	SetNATSFailedReason(ctx context.Context, id int64, reason string) error
+	MarkNATSFailedVerified(ctx context.Context, ids []int64) error
 }
 
 // applyFunc applies events (distinct ids) in one transaction and returns the
@@ -71,7 +97,7 @@ type dialect[V any] struct {
 
 // bind picks db's dialect: the only place the executors are named.
 func bind[V any](db sqldb.DB, c *Consumer[V]) dialect[V] {
-	t := tables{receipts: c.Receipts, natsFailed: c.NATSFailed}
+	t := newTables(c.Receipts, c.NATSFailed)
 	return database.Pick(db, database.Dialects[dialect[V]]{
 		Postgres: func(d *postgres.DB) dialect[V] {
 			s := pgStore{pool: d.Pool, t: t}
@@ -102,8 +128,12 @@ func (b txBound[TX]) InsertNATSFailed(ctx context.Context, f NATSFailed) error {
 	return b.s.InsertNATSFailed(ctx, b.tx, f)
 }
 
-func (b txBound[TX]) DeleteNATSFailed(ctx context.Context, id int64) error {
-	return b.s.DeleteNATSFailed(ctx, b.tx, id)
+func (b txBound[TX]) DeleteNATSFailed(ctx context.Context, ids ...int64) (int64, error) {
+	return b.s.DeleteNATSFailed(ctx, b.tx, ids...)
+}
+
+func (b txBound[TX]) MarkNATSFailedVerified(ctx context.Context, ids []int64) error {
+	return b.s.MarkNATSFailedVerified(ctx, b.tx, ids)
 }
 
 func (b txBound[TX]) SetNATSFailedReason(ctx context.Context, id int64, reason string) error {
@@ -133,7 +163,7 @@ func mustTables(receipts, natsFailed string) tables {
 			panic(fmt.Sprintf("inbox: %q is not a lower-case SQL identifier", n))
 		}
 	}
-	return tables{receipts: receipts, natsFailed: natsFailed}
+	return newTables(receipts, natsFailed)
 }
 
 // NewSQLiteStore returns the inbox store of a SQLite database on a

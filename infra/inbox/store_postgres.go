@@ -117,49 +117,95 @@ func (s pgStore) DeleteReceipts(ctx context.Context, before int64, limit int) (i
 
 // InsertNATSFailed records a terminated message once: a redelivery of it (its
 // term was lost) adds nothing, another message at the same sequence of a
-// recreated stream (stored at another time) is recorded beside it.
+// recreated stream (stored at another time) is recorded beside it. The
+// table's insert trigger adds it to the tally in the same statement.
 func (s pgStore) InsertNATSFailed(ctx context.Context, tx postgres.Tx, f NATSFailed) error {
 	_, err := tx.Exec(ctx, fmt.Sprintf(`
-		INSERT INTO %s (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		INSERT INTO %s (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature, verified)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (stream_seq, stored_at) DO NOTHING`, s.t.natsFailed),
-		int64(f.StreamSeq), f.StoredAt, []byte(f.Subject), []byte(f.MsgID), f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt, sigBytes(f.Signature))
+		int64(f.StreamSeq), f.StoredAt, []byte(f.Subject), []byte(f.MsgID), f.Payload, f.Reason, int64(f.Deliveries), f.FailedAt, sigBytes(f.Signature), f.Verified)
 	if err != nil {
 		return fmt.Errorf("insert nats failed: %w", err)
 	}
 	return nil
 }
 
-// natsFailedColumns are the columns of a record, in the order pgNATSFailed
-// and sqliteNATSFailed read them.
-const natsFailedColumns = `id, stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature`
+// natsFailedListed are the columns of a record in a listing, in the order
+// pgNATSFailed and sqliteNATSFailed read them: no payload, no signature.
+// natsFailedColumns are all of them, payload and signature last.
+const (
+	natsFailedListed  = `id, stream_seq, stored_at, subject, msg_id, reason, deliveries, failed_at, verified`
+	natsFailedColumns = natsFailedListed + `, payload, signature`
+)
 
 // ListNATSFailed returns every terminated message, in the order recorded.
 func (s pgStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+natsFailedColumns+` FROM `+s.t.natsFailed+` ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("list nats failed: %w", err)
-	}
-	return pgx.CollectRows(rows, pgNATSFailed)
+	return s.records(ctx, "list nats failed", true, `ORDER BY id`)
 }
 
-// pgNATSFailed reads one record, selected as natsFailedColumns.
-func pgNATSFailed(r pgx.CollectableRow) (NATSFailed, error) {
+// PageNATSFailed returns a page of records after the id after, without payloads.
+func (s pgStore) PageNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.records(ctx, "page nats failed", false, `WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+}
+
+// OldestNATSFailed returns up to limit records after the id after, oldest first.
+func (s pgStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.records(ctx, "oldest nats failed", true, `WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+}
+
+// NATSFailedByID returns the records of ids, oldest first.
+func (s pgStore) NATSFailedByID(ctx context.Context, ids []int64) ([]NATSFailed, error) {
+	return s.records(ctx, "nats failed by id", true, `WHERE id = ANY($1) ORDER BY id`, ids)
+}
+
+// OldestUnverifiedNATSFailed reads the unverified records through their
+// partial index (its predicate repeated, so the planner may use it).
+func (s pgStore) OldestUnverifiedNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.records(ctx, "oldest unverified nats failed", true, `WHERE NOT verified AND id > $1 ORDER BY id LIMIT $2`, after, limit)
+}
+
+// records selects the records of the table matching where (payloads too
+// when full).
+func (s pgStore) records(ctx context.Context, what string, full bool, where string, args ...any) ([]NATSFailed, error) {
+	cols := natsFailedListed
+	if full {
+		cols = natsFailedColumns
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.t.natsFailed+` `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NATSFailed, error) { return pgNATSFailed(r, full) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// pgNATSFailed reads one record, selected as natsFailedColumns (full) or
+// natsFailedListed.
+func pgNATSFailed(r pgx.CollectableRow, full bool) (NATSFailed, error) {
 	var f NATSFailed
 	var seq, deliveries int64
 	var subject, msgID, sig []byte
-	err := r.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig)
+	dest := []any{&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Reason, &deliveries, &f.FailedAt, &f.Verified}
+	if full {
+		dest = append(dest, &f.Payload, &sig)
+	}
+	err := r.Scan(dest...)
 	f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
 	f.Subject, f.MsgID, f.Signature = string(subject), string(msgID), sigString(sig)
 	return f, err
 }
 
-// DeleteNATSFailed deletes the record id; one already gone is no error.
-func (s pgStore) DeleteNATSFailed(ctx context.Context, tx postgres.Tx, id int64) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.natsFailed+` WHERE id = $1`, id); err != nil {
-		return fmt.Errorf("delete nats failed: %w", err)
+// DeleteNATSFailed deletes the records ids; one already gone is no error.
+func (s pgStore) DeleteNATSFailed(ctx context.Context, tx postgres.Tx, ids ...int64) (int64, error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM `+s.t.natsFailed+` WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return 0, fmt.Errorf("delete nats failed: %w", err)
 	}
-	return nil
+	return tag.RowsAffected(), nil
 }
 
 // SetNATSFailedReason replaces the reason of the record id; one gone is no error.
@@ -170,20 +216,20 @@ func (s pgStore) SetNATSFailedReason(ctx context.Context, tx postgres.Tx, id int
 	return nil
 }
 
-// NATSFailedSize counts the records and their payload bytes.
+// MarkNATSFailedVerified marks the records ids verified: they leave the
+// partial index of the unverified ones.
+func (s pgStore) MarkNATSFailedVerified(ctx context.Context, tx postgres.Tx, ids []int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE `+s.t.natsFailed+` SET verified = true WHERE id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("mark nats failed verified: %w", err)
+	}
+	return nil
+}
+
+// NATSFailedSize reads the tally.
 func (s pgStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM `+s.t.natsFailed).Scan(&rows, &bytes)
+	err = s.pool.QueryRow(ctx, `SELECT records, bytes FROM `+s.t.natsSize).Scan(&rows, &bytes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("nats failed size: %w", err)
 	}
 	return rows, bytes, nil
-}
-
-// OldestNATSFailed returns up to limit records after the id after, oldest first.
-func (s pgStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+natsFailedColumns+` FROM `+s.t.natsFailed+` WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("oldest nats failed: %w", err)
-	}
-	return pgx.CollectRows(rows, pgNATSFailed)
 }

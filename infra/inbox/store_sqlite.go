@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -91,17 +92,18 @@ func (s sqliteStore) DeleteReceipts(ctx context.Context, before int64, limit int
 	return n, nil
 }
 
-// InsertNATSFailed records f once; payload is a BLOB.
+// InsertNATSFailed records f once; payload is a BLOB. The table's insert
+// trigger adds it to the tally.
 func (s sqliteStore) InsertNATSFailed(ctx context.Context, tx sqlite.Tx, f NATSFailed) error {
 	payload := f.Payload
 	if payload == nil {
 		payload = []byte{} // NOT NULL: an empty body is an empty BLOB
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf(`
-		INSERT INTO %s (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+		INSERT INTO %s (stream_seq, stored_at, subject, msg_id, payload, reason, deliveries, failed_at, signature, verified)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
 		ON CONFLICT (stream_seq, stored_at) DO NOTHING`, s.t.natsFailed),
-		int64(f.StreamSeq), f.StoredAt, []byte(f.Subject), []byte(f.MsgID), payload, f.Reason, int64(f.Deliveries), f.FailedAt, sigBytes(f.Signature))
+		int64(f.StreamSeq), f.StoredAt, []byte(f.Subject), []byte(f.MsgID), payload, f.Reason, int64(f.Deliveries), f.FailedAt, sigBytes(f.Signature), f.Verified)
 	if err != nil {
 		return fmt.Errorf("insert nats failed: %w", err)
 	}
@@ -115,23 +117,56 @@ func (s sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error {
 
 // ListNATSFailed reads the records on a reader.
 func (s sqliteStore) ListNATSFailed(ctx context.Context) ([]NATSFailed, error) {
+	return s.records(ctx, "list nats failed", true, `ORDER BY id`)
+}
+
+// PageNATSFailed returns a page of records after the id after, without payloads.
+func (s sqliteStore) PageNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.records(ctx, "page nats failed", false, `WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+}
+
+// OldestNATSFailed returns up to limit records after the id after, oldest first.
+func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.records(ctx, "oldest nats failed", true, `WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+}
+
+// NATSFailedByID returns the records of ids, oldest first (ids as a JSON
+// array: SQLite has no array parameter).
+func (s sqliteStore) NATSFailedByID(ctx context.Context, ids []int64) ([]NATSFailed, error) {
+	return s.records(ctx, "nats failed by id", true, `WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id`, jsonIDs(ids))
+}
+
+// OldestUnverifiedNATSFailed reads the unverified records through their
+// partial index (its predicate repeated, so the planner may use it).
+func (s sqliteStore) OldestUnverifiedNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
+	return s.records(ctx, "oldest unverified nats failed", true, `WHERE NOT verified AND id > ?1 ORDER BY id LIMIT ?2`, after, limit)
+}
+
+// records selects, on a reader, the records matching where (payloads too
+// when full).
+func (s sqliteStore) records(ctx context.Context, what string, full bool, where string, args ...any) ([]NATSFailed, error) {
+	cols := natsFailedListed
+	if full {
+		cols = natsFailedColumns
+	}
 	var out []NATSFailed
 	err := s.read(ctx, func(tx sqlite.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+natsFailedColumns+` FROM `+s.t.natsFailed+` ORDER BY id`)
+		rows, err := tx.Query(ctx, `SELECT `+cols+` FROM `+s.t.natsFailed+` `+where, args...)
 		if err != nil {
 			return err
 		}
-		out, err = sqliteNATSFailed(rows)
+		out, err = sqliteNATSFailed(rows, full)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list nats failed: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
 
-// sqliteNATSFailed reads records selected as natsFailedColumns, and closes rows.
-func sqliteNATSFailed(rows *sql.Rows) ([]NATSFailed, error) {
+// sqliteNATSFailed reads records selected as natsFailedColumns (full) or
+// natsFailedListed, and closes rows.
+func sqliteNATSFailed(rows *sql.Rows, full bool) ([]NATSFailed, error) {
 	defer rows.Close()
 	var out []NATSFailed
 	for rows.Next() {
@@ -139,7 +174,11 @@ func sqliteNATSFailed(rows *sql.Rows) ([]NATSFailed, error) {
 		var seq, deliveries int64
 		var subject, msgID []byte
 		var sig sql.Null[[]byte] // an empty BLOB reads as nil: Valid tells it from NULL
-		if err := rows.Scan(&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Payload, &f.Reason, &deliveries, &f.FailedAt, &sig); err != nil {
+		dest := []any{&f.ID, &seq, &f.StoredAt, &subject, &msgID, &f.Reason, &deliveries, &f.FailedAt, &f.Verified}
+		if full {
+			dest = append(dest, &f.Payload, &sig)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		f.StreamSeq, f.Deliveries = uint64(seq), uint64(deliveries)
@@ -153,12 +192,26 @@ func sqliteNATSFailed(rows *sql.Rows) ([]NATSFailed, error) {
 	return out, rows.Err()
 }
 
-// DeleteNATSFailed deletes the record id; one already gone is no error.
-func (s sqliteStore) DeleteNATSFailed(ctx context.Context, tx sqlite.Tx, id int64) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.natsFailed+` WHERE id = ?1`, id); err != nil {
-		return fmt.Errorf("delete nats failed: %w", err)
+// jsonIDs is ids as a JSON array, for json_each.
+func jsonIDs(ids []int64) string {
+	if len(ids) == 0 {
+		return "[]" // not null, which json_each reads as one NULL
 	}
-	return nil
+	b, _ := json.Marshal(ids) // []int64 always marshals
+	return string(b)
+}
+
+// DeleteNATSFailed deletes the records ids; one already gone is no error.
+func (s sqliteStore) DeleteNATSFailed(ctx context.Context, tx sqlite.Tx, ids ...int64) (int64, error) {
+	res, err := tx.Exec(ctx, `DELETE FROM `+s.t.natsFailed+` WHERE id IN (SELECT value FROM json_each(?1))`, jsonIDs(ids))
+	if err != nil {
+		return 0, fmt.Errorf("delete nats failed: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete nats failed: %w", err)
+	}
+	return n, nil
 }
 
 // SetNATSFailedReason replaces the reason of the record id; one gone is no error.
@@ -169,30 +222,21 @@ func (s sqliteStore) SetNATSFailedReason(ctx context.Context, tx sqlite.Tx, id i
 	return nil
 }
 
-// NATSFailedSize counts the records and their payload bytes.
+// MarkNATSFailedVerified marks the records ids verified.
+func (s sqliteStore) MarkNATSFailedVerified(ctx context.Context, tx sqlite.Tx, ids []int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE `+s.t.natsFailed+` SET verified = 1 WHERE id IN (SELECT value FROM json_each(?1))`, jsonIDs(ids)); err != nil {
+		return fmt.Errorf("mark nats failed verified: %w", err)
+	}
+	return nil
+}
+
+// NATSFailedSize reads the tally.
 func (s sqliteStore) NATSFailedSize(ctx context.Context) (rows, bytes int64, err error) {
 	err = s.read(ctx, func(tx sqlite.Tx) error {
-		return tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(payload)), 0) FROM `+s.t.natsFailed).Scan(&rows, &bytes)
+		return tx.QueryRow(ctx, `SELECT records, bytes FROM `+s.t.natsSize).Scan(&rows, &bytes)
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("nats failed size: %w", err)
 	}
 	return rows, bytes, nil
-}
-
-// OldestNATSFailed returns up to limit records after the id after, oldest first.
-func (s sqliteStore) OldestNATSFailed(ctx context.Context, after int64, limit int) ([]NATSFailed, error) {
-	var out []NATSFailed
-	err := s.read(ctx, func(tx sqlite.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+natsFailedColumns+` FROM `+s.t.natsFailed+` WHERE id > ?1 ORDER BY id LIMIT ?2`, after, limit)
-		if err != nil {
-			return err
-		}
-		out, err = sqliteNATSFailed(rows)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("oldest nats failed: %w", err)
-	}
-	return out, nil
 }

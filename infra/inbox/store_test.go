@@ -87,19 +87,47 @@ func storeConformance[TX any](t *testing.T, raw *dbtest.DB, db sqldb.Transactor[
 		page, err := store.OldestNATSFailed(ctx, all[0].ID, 1)
 		require.NoError(t, err)
 		require.Len(t, page, 1)
-		require.Equal(t, all[1].ID, page[0].ID)
+		require.Equal(t, all[1], page[0])
+		byID, err := store.NATSFailedByID(ctx, []int64{all[2].ID, all[0].ID, all[2].ID + 100})
+		require.NoError(t, err)
+		require.Equal(t, []inbox.NATSFailed{all[0], all[2]}, byID, "the records that exist, oldest first")
+		listed, err := store.PageNATSFailed(ctx, all[0].ID, 5)
+		require.NoError(t, err)
+		require.Len(t, listed, 2, "the records after the cursor, at most limit")
+		for i, f := range listed {
+			want := all[i+1]
+			want.Payload, want.Signature = nil, nil
+			require.Equal(t, want, f, "a page carries no payload and no signature")
+		}
+
+		in(t, func(tx TX) error { return store.MarkNATSFailedVerified(ctx, tx, []int64{all[1].ID}) })
+		unverified, err := store.OldestUnverifiedNATSFailed(ctx, 0, 5)
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[0].ID, all[2].ID}, ids(unverified))
+		unverified, err = store.OldestUnverifiedNATSFailed(ctx, all[0].ID, 5)
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[2].ID}, ids(unverified))
 
 		in(t, func(tx TX) error {
 			require.NoError(t, store.SetNATSFailedReason(ctx, tx, all[1].ID, "replay refused"))
-			require.NoError(t, store.DeleteNATSFailed(ctx, tx, all[0].ID))
-			require.NoError(t, store.DeleteNATSFailed(ctx, tx, all[0].ID), "one already gone is no error")
+			n, err := store.DeleteNATSFailed(ctx, tx, all[0].ID, all[2].ID)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, n)
+			n, err = store.DeleteNATSFailed(ctx, tx, all[0].ID)
+			require.NoError(t, err, "one already gone is no error")
+			require.Zero(t, n)
 			return store.SetNATSFailedReason(ctx, tx, all[0].ID, "gone")
 		})
 		left, err := store.ListNATSFailed(ctx)
 		require.NoError(t, err)
-		require.Len(t, left, 2)
+		require.Len(t, left, 1)
 		require.Equal(t, all[1].ID, left[0].ID)
 		require.Equal(t, "replay refused", left[0].Reason)
+		require.True(t, left[0].Verified)
+		rows, bytes, err = store.NATSFailedSize(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, rows, "the tally follows the deletes")
+		require.EqualValues(t, 2, bytes)
 	})
 	return true
 }
@@ -123,4 +151,13 @@ func TestConsumerChecked(t *testing.T) {
 		edit(&c)
 		require.Panics(t, func() { inbox.New(db.DB, nil, c) }, name)
 	}
+}
+
+// ids are the records' ids, in order.
+func ids(records []inbox.NATSFailed) []int64 {
+	out := make([]int64, len(records))
+	for i, f := range records {
+		out[i] = f.ID
+	}
+	return out
 }

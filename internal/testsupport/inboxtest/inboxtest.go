@@ -90,7 +90,8 @@ func Tables(t testing.TB, db *dbtest.DB, receipts, natsFailed string) {
 }
 
 // DDL is the statements that create a consumer's receipts and NATS-failed
-// tables in dialect d: billing's, in their form after its last migration.
+// tables in dialect d: billing's, in their form after its last migration
+// (the NATS-failed table's tally, NAME_size, and its triggers included).
 func DDL(d sqldb.Dialect, receipts, natsFailed string) []string {
 	if d == sqldb.SQLite {
 		return []string{
@@ -99,8 +100,16 @@ func DDL(d sqldb.Dialect, receipts, natsFailed string) []string {
 			fmt.Sprintf(`CREATE TABLE %s (
 				id INTEGER PRIMARY KEY AUTOINCREMENT, stream_seq INTEGER NOT NULL,
 				subject BLOB NOT NULL, msg_id BLOB NOT NULL, payload BLOB NOT NULL, reason TEXT NOT NULL,
-				deliveries INTEGER NOT NULL, failed_at INTEGER NOT NULL, stored_at INTEGER NOT NULL DEFAULT 0, signature BLOB)`, natsFailed),
+				deliveries INTEGER NOT NULL, failed_at INTEGER NOT NULL, stored_at INTEGER NOT NULL DEFAULT 0, signature BLOB,
+				verified INTEGER NOT NULL DEFAULT 0)`, natsFailed),
 			fmt.Sprintf(`CREATE UNIQUE INDEX %[1]s_message ON %[1]s (stream_seq, stored_at)`, natsFailed),
+			fmt.Sprintf(`CREATE INDEX %[1]s_unverified ON %[1]s (id) WHERE NOT verified`, natsFailed),
+			fmt.Sprintf(`CREATE TABLE %s_size (one INTEGER PRIMARY KEY DEFAULT 1 CHECK (one = 1), records INTEGER NOT NULL, bytes INTEGER NOT NULL)`, natsFailed),
+			fmt.Sprintf(`INSERT INTO %s_size (records, bytes) VALUES (0, 0)`, natsFailed),
+			fmt.Sprintf(`CREATE TRIGGER %[1]s_sized_insert AFTER INSERT ON %[1]s BEGIN
+				UPDATE %[1]s_size SET records = records + 1, bytes = bytes + length(NEW.payload); END`, natsFailed),
+			fmt.Sprintf(`CREATE TRIGGER %[1]s_sized_delete AFTER DELETE ON %[1]s BEGIN
+				UPDATE %[1]s_size SET records = records - 1, bytes = bytes - length(OLD.payload); END`, natsFailed),
 		}
 	}
 	return []string{
@@ -109,7 +118,31 @@ func DDL(d sqldb.Dialect, receipts, natsFailed string) []string {
 		fmt.Sprintf(`CREATE TABLE %s (
 			id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, stream_seq bigint NOT NULL,
 			subject bytea NOT NULL, msg_id bytea NOT NULL, payload bytea NOT NULL, reason text NOT NULL,
-			deliveries bigint NOT NULL, failed_at bigint NOT NULL, stored_at bigint NOT NULL DEFAULT 0, signature bytea)`, natsFailed),
+			deliveries bigint NOT NULL, failed_at bigint NOT NULL, stored_at bigint NOT NULL DEFAULT 0, signature bytea,
+			verified boolean NOT NULL DEFAULT false)`, natsFailed),
 		fmt.Sprintf(`CREATE UNIQUE INDEX %[1]s_message ON %[1]s (stream_seq, stored_at)`, natsFailed),
+		fmt.Sprintf(`CREATE INDEX %[1]s_unverified ON %[1]s (id) WHERE NOT verified`, natsFailed),
+		fmt.Sprintf(`CREATE TABLE %s_size (one boolean PRIMARY KEY DEFAULT true CHECK (one), records bigint NOT NULL, bytes bigint NOT NULL)`, natsFailed),
+		fmt.Sprintf(`INSERT INTO %s_size (records, bytes) VALUES (0, 0)`, natsFailed),
+		fmt.Sprintf(`CREATE FUNCTION %[1]s_sized() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF TG_OP = 'INSERT' THEN
+				UPDATE %[1]s_size SET records = records + d.n, bytes = bytes + d.b
+				FROM (SELECT count(*) AS n, coalesce(sum(length(payload)), 0) AS b FROM new_rows) d WHERE d.n > 0;
+			ELSIF TG_OP = 'DELETE' THEN
+				UPDATE %[1]s_size SET records = records - d.n, bytes = bytes - d.b
+				FROM (SELECT count(*) AS n, coalesce(sum(length(payload)), 0) AS b FROM old_rows) d WHERE d.n > 0;
+			ELSE
+				UPDATE %[1]s_size SET records = 0, bytes = 0;
+			END IF;
+			RETURN NULL;
+		END
+		$$`, natsFailed),
+		fmt.Sprintf(`CREATE TRIGGER %[1]s_sized_insert AFTER INSERT ON %[1]s
+			REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %[1]s_sized()`, natsFailed),
+		fmt.Sprintf(`CREATE TRIGGER %[1]s_sized_delete AFTER DELETE ON %[1]s
+			REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION %[1]s_sized()`, natsFailed),
+		fmt.Sprintf(`CREATE TRIGGER %[1]s_sized_truncate AFTER TRUNCATE ON %[1]s
+			FOR EACH STATEMENT EXECUTE FUNCTION %[1]s_sized()`, natsFailed),
 	}
 }

@@ -42,7 +42,7 @@ func TestNew(t *testing.T) {
 			tables = append(tables, s)
 		}
 		require.NoError(t, rows.Err())
-		require.Equal(t, []string{"billing_nats_failed", "billing_outbox_events", "billing_quota", "billing_receipts"}, tables)
+		require.Equal(t, []string{"billing_nats_failed", "billing_nats_failed_size", "billing_outbox_events", "billing_quota", "billing_receipts"}, tables)
 	})
 }
 
