@@ -107,6 +107,7 @@ type Publisher struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	ready   atomic.Bool           // the stream and every durable of cfg.Consumers were seen as they must be
+	down    atomic.Int64          // unix ns when Publish first found the connection down, 0 while up
 	blocked atomic.Pointer[error] // why not ready, for Publish's error
 	checked chan struct{}         // closed when the first check has ended, ready or not
 	once    sync.Once             // closes checked
@@ -336,6 +337,10 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 		case <-ctx.Done():
 		}
 	}
+	if d, offline := p.offline(); offline {
+		publishes.WithLabelValues(PublishFailed).Inc()
+		return outbox.Wait(fmt.Errorf("publish %s %s: not connected to NATS", m.Tag, m.ID), d)
+	}
 	if !p.ready.Load() {
 		// Nothing was sent: the row waits for the stream loop (a durable being
 		// made again, the server not answering yet, a stream the operator must
@@ -366,6 +371,11 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 			p.kickStream()
 			return outbox.Wait(err, notReadyWait)
 		}
+		if d, offline := p.offline(); offline {
+			// The connection was lost under the publish: the message was
+			// stored or not, and the republish settles it either way.
+			return outbox.Wait(err, d)
+		}
 		return err
 	}
 	if err := p.confirm(ctx, m, ack.Sequence); err != nil {
@@ -383,22 +393,45 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	return nil
 }
 
+// offline reports whether the connection is down, and then how long a row
+// waits: as long as the connection has been down so far, notReadyWait to
+// offlineWaitMax. Nothing reaches the broker meanwhile, so a row waits
+// (outbox.Wait) instead of spending attempts on an outage, whatever its
+// length and the relay's retry settings, and a long one costs each row a
+// claim every offlineWaitMax at most. A publish that reaches the server and
+// gets no ack (a server that hangs) is still a failed attempt.
+func (p *Publisher) offline() (time.Duration, bool) {
+	if p.nc.IsConnected() {
+		if p.down.Load() != 0 {
+			p.down.Store(0)
+		}
+		return 0, false
+	}
+	now := time.Now().UnixNano()
+	p.down.CompareAndSwap(0, now)
+	return min(max(time.Duration(now-p.down.Load()), notReadyWait), offlineWaitMax), true
+}
+
 // errNotKept is why a publish acked by the stream is not a success: the message
 // may have been stored while a durable was missing, which an interest stream
 // does not keep for it.
 var errNotKept = errors.New("not known to be kept for every durable")
 
 const (
-	// clockSkew is how far labeling's clock (a row's created_at) and the NATS
+	// ClockSkew is how far labeling's clock (a row's created_at) and the NATS
 	// server's (a durable's creation time) may differ for confirm's rule
-	// "created before the row" to hold. Hosts kept by NTP differ by
-	// milliseconds; a durable made again within clockSkew after a row was
-	// appended only makes that row wait for the duplicate window.
-	clockSkew = 10 * time.Second
+	// "made before the row" to hold. Hosts kept by NTP differ by
+	// milliseconds. The price of the margin: a row appended within ClockSkew
+	// after a durable was made, whose message is no longer in the stream when
+	// its publish is acked again, waits for the duplicate window.
+	ClockSkew = 10 * time.Second
 	// notReadyWait is how long a row waits, without spending an attempt, for
 	// the stream loop to make the stream or a durable (again): the loop
 	// starts at once when kicked and retries within its backoff.
 	notReadyWait = time.Second
+	// offlineWaitMax is the longest a row waits for a lost connection
+	// before it is tried again (see offline).
+	offlineWaitMax = 30 * time.Second
 	// windowGrace is added to the duplicate window a row waits out: the
 	// server forgets an id on a timer, a little after the window ends.
 	windowGrace = time.Second
@@ -413,9 +446,9 @@ type durableState struct {
 }
 
 // keptByCreation reports whether the durable's incarnation was created before
-// m was appended, so before its message was stored (clockSkew apart).
+// m was appended, so before its message was stored (ClockSkew apart).
 func (d durableState) keptByCreation(m outbox.Message) bool {
-	return d.created.Add(clockSkew).Before(time.UnixMilli(m.CreatedAt))
+	return d.created.Add(ClockSkew).Before(time.UnixMilli(m.CreatedAt))
 }
 
 // keptByBoundary reports whether the durable is the incarnation ensure saw
@@ -433,7 +466,7 @@ func (d durableState) keptByBoundary(seq uint64) bool {
 // these must hold:
 //
 //   - created before the row: the incarnation's creation time is more than
-//     clockSkew before m.CreatedAt, and the message can only have been stored
+//     ClockSkew before m.CreatedAt, and the message can only have been stored
 //     after its row was appended. This holds across a restart of labeling (it
 //     needs no memory) and of the server (which keeps a durable's creation
 //     time, to within a millisecond on 2.9), and whatever the sequence: a
