@@ -321,7 +321,10 @@ func (p *Publisher) ensure(ctx context.Context) error {
 
 // Publish publishes m to labeling.events.<tag> with Nats-Msg-Id = the row id and
 // its Events-Signature, and returns nil only on the broker's ack: the message is stored (or was stored
-// before, which the ack reports as a duplicate, a success). Every failure is an
+// before, which the ack reports as a duplicate, a success). A refusal that
+// only waits for something with an end (the stream or a durable being made, a
+// lost connection, an id in the duplicate window: see offline and confirm) is
+// marked outbox.Wait and spends no attempt; every other failure is an
 // ordinary error the relay retries after its durable delay.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if p.js == nil {
