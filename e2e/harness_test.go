@@ -61,6 +61,9 @@ type config struct {
 	// own outbox (PROVIDER_URL, PROVIDER_SECRET) with the relay settings of
 	// labeling's, and the invariant covers billing_outbox_events and the stand-in.
 	provider *standIn
+	// billingDurableOnly leaves the audit durable out (NATS_CONSUMERS=billing):
+	// the interest stream then removes each message once billing acked it.
+	billingDurableOnly bool
 }
 
 func (c config) withDefaults() config {
@@ -175,6 +178,9 @@ func setup(t *testing.T, cfg config) *cluster {
 			// The stream keeps every event for the audit consumer too, which
 			// reads it only at the end.
 			"NATS_CONSUMERS": "billing," + auditDurable,
+		}
+		if cfg.billingDurableOnly {
+			natsEnv["NATS_CONSUMERS"] = "billing"
 		}
 	}
 	if cfg.provider != nil {

@@ -165,13 +165,14 @@ func TestNATSDurableDeleted(t *testing.T) {
 		}
 		return len(rows) == n
 	}, "every row is published once the durables exist again")
-	retried := 0
+	waited := 0
 	for _, r := range c.outboxRows(t) {
-		if r.Attempts > 1 {
-			retried++
+		if strings.Contains(deref(r.LastError), "not known to be kept") {
+			waited++
 		}
+		require.Equal(t, 1, r.Attempts, "waiting for the durable and the window spent no attempt: %s", r)
 	}
-	require.Positive(t, retried, "a publish acked while the durable was missing was not settled")
+	require.Positive(t, waited, "a publish acked while the durable was missing was not settled")
 
 	c.billing.restart(t)
 	s, _ := c.requireConverged(t)

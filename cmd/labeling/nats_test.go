@@ -53,6 +53,7 @@ func TestServeNATS(t *testing.T) {
 		env["OUTBOX_RETRY_MAX"] = "100ms"
 		env["OUTBOX_HANDLER_TIMEOUT"] = "1s"
 		env["OUTBOX_LEASE"] = "10s"
+		env["OUTBOX_MAX_ATTEMPTS"] = "1"
 		p := proctest.Start(t, binary(t), env, "serve")
 		base := "http://" + p.ListenAddr(t)
 		client := &http.Client{Timeout: 5 * time.Second}
@@ -73,15 +74,24 @@ func TestServeNATS(t *testing.T) {
 		require.Equal(t, http.StatusCreated, status(http.MethodPost, "/v1/orgs/"+org+"/rules",
 			`{"id":"`+id+`","name":"n","pattern":"p","label":"l"}`))
 		require.Equal(t, http.StatusOK, status(http.MethodPost, "/v1/orgs/"+org+"/rules/"+id+"/activate", ""))
+		// The row waits without spending attempts (one attempt allowed, and
+		// none used up), tried again and again.
+		tries := map[int64]bool{}
 		require.Eventually(t, func() bool {
 			var attempts int
+			var available int64
 			var processed, failed *int64
-			require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT attempts, processed_at, failed_at FROM outbox_events`).
-				Scan(&attempts, &processed, &failed))
+			var lastError *string
+			require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT attempts, available_at, processed_at, failed_at, last_error FROM outbox_events`).
+				Scan(&attempts, &available, &processed, &failed, &lastError))
 			require.Nil(t, processed, "nothing can be published")
-			require.Nil(t, failed)
-			return attempts >= 2
-		}, 30*time.Second, 50*time.Millisecond, "the row is retried like any failed delivery")
+			require.Nil(t, failed, "waiting for NATS is no failed attempt")
+			require.LessOrEqual(t, attempts, 1, "only a claim in flight holds an attempt")
+			if lastError != nil {
+				tries[available] = true
+			}
+			return len(tries) >= 3
+		}, 30*time.Second, 50*time.Millisecond, "the row waits for NATS and is tried again")
 
 		p.Signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())

@@ -145,7 +145,13 @@ func (r *Relay) outcomeOf(j job, err error, start time.Time) outcome {
 		r.observe(j, "ok", start)
 		o.kind, o.at = kindProcessed, now.UnixMilli()
 		return o
-	case IsPermanent(err) || j.Attempt >= r.cfg.MaxAttempts:
+	case IsPermanent(err):
+		o.kind, o.at = kindFailed, now.UnixMilli()
+	case isWait(err):
+		// Before the attempt limit: a wait is no attempt, the last included.
+		d, _ := WaitOf(err)
+		o.kind, o.at = kindWait, now.Add(max(d, 0)).UnixMilli()
+	case j.Attempt >= r.cfg.MaxAttempts:
 		o.kind, o.at = kindFailed, now.UnixMilli()
 	default:
 		o.kind, o.at = kindRetry, now.Add(r.retryDelay(j.Attempt, err)).UnixMilli()
@@ -153,6 +159,11 @@ func (r *Relay) outcomeOf(j job, err error, start time.Time) outcome {
 	r.observe(j, "error", start)
 	o.err = errorText(err)
 	return o
+}
+
+func isWait(err error) bool {
+	_, ok := WaitOf(err)
+	return ok
 }
 
 // retryDelay is the wait before the next attempt of a row whose attempt

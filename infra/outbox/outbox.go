@@ -84,7 +84,8 @@ type Message struct {
 }
 
 // Handler handles one message. A nil error settles the row as processed; an error
-// wrapped with Permanent fails it at once; any other error (or a panic, or the
+// wrapped with Permanent fails it at once; an error wrapped with Wait makes the
+// row wait without spending an attempt; any other error (or a panic, or the
 // handler timeout) is a failed attempt retried after the durable delay.
 type Handler func(ctx context.Context, m Message) error
 
@@ -165,6 +166,47 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	var r *retryAfterError
 	if errors.As(err, &r) {
 		return r.after, true
+	}
+	return 0, false
+}
+
+// waitError asks for the row to wait, not to count a failed attempt.
+type waitError struct {
+	err error
+	d   time.Duration
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// Wait marks err as a wait, not a failure: the row is not ready to be
+// delivered yet, for a reason with a known end that retrying sooner cannot
+// change (a broker's duplicate window that must pass before the row's message
+// can be stored anew). The relay makes the row available again d from now,
+// records err as its last_error, and gives back the attempt its claim took:
+// the row's attempts are what they were before that claim, so no number of
+// waits dead-letters it, whatever OUTBOX_MAX_ATTEMPTS and the retry delays
+// are. d is the subscriber's to choose and is not capped by Config.RetryMax
+// (a wait that must outlast it would otherwise come back early and wait
+// again); a d that is not positive makes the row available at once. Like every
+// settle, the wait is fenced by the claim's token. An error also marked
+// Permanent fails the row at once; Wait wins over RetryAfter.
+//
+// A wait is only for a row whose delivery is known not to have been acted on
+// as a failure: a subscriber that cannot tell a wait from a failure returns
+// an ordinary error, which counts.
+func Wait(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &waitError{err: err, d: d}
+}
+
+// WaitOf reports the wait err asks for through Wait, if any.
+func WaitOf(err error) (time.Duration, bool) {
+	var w *waitError
+	if errors.As(err, &w) {
+		return w.d, true
 	}
 	return 0, false
 }

@@ -363,6 +363,55 @@ func TestRelayBackoff(t *testing.T) {
 	})
 }
 
+// TestRelayWait: a handler that asks the row to wait (outbox.Wait) is asked
+// again after the wait, however often, and the row is never dead-lettered:
+// each wait gives back the attempt its claim took, even at the attempt limit.
+func TestRelayWait(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := newDBOn(t, d)
+		clk := newClock()
+		cfg := testConfig()
+		cfg.Now = clk.Now
+		cfg.RetryBase, cfg.RetryMax, cfg.MaxAttempts = 100*time.Millisecond, time.Second, 2
+		const wait = time.Minute // longer than RetryMax: a wait is not capped by it
+		var calls atomic.Int32
+		var waiting atomic.Bool
+		r := newRelay(t, db, cfg, handle(func(_ context.Context, m outbox.Message) error {
+			calls.Add(1)
+			if !waiting.Swap(true) {
+				return errors.New("broker down") // an ordinary failure: one attempt spent
+			}
+			return outbox.Wait(fmt.Errorf("attempt %d: duplicate window", m.Attempt), wait)
+		}))
+		id := appendEvents(t, db, thing{N: 1})[0]
+		clk.Set(time.Now().UnixMilli())
+		n, err := r.RunOnce(ctxT(t))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, 1, getRow(t, db, id).Attempts)
+
+		for i := range 5 { // more waits than attempts
+			clk.Set(getRow(t, db, id).AvailableAt)
+			n, err := r.RunOnce(ctxT(t))
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "wait %d: claimed at its available_at", i)
+			got := getRow(t, db, id)
+			require.Nil(t, got.FailedAt, "wait %d: a wait at the last attempt is no dead letter", i)
+			require.Equal(t, 1, got.Attempts, "wait %d: the attempt is given back", i)
+			require.Equal(t, clk.Ms()+wait.Milliseconds(), got.AvailableAt, "wait %d: available after the wait, not RetryMax", i)
+			require.Equal(t, "attempt 2: duplicate window", *got.LastError)
+			require.Nil(t, got.ClaimedUntil)
+
+			clk.Set(got.AvailableAt - 1)
+			n, err = r.RunOnce(ctxT(t))
+			require.NoError(t, err)
+			require.Zero(t, n, "wait %d: not claimed before the wait ends", i)
+		}
+		require.EqualValues(t, 6, calls.Load())
+	})
+}
+
 func TestRelayFailures(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {

@@ -37,6 +37,9 @@ const (
 	kindRetry     kind = "retry"
 	kindFailed    kind = "failed"
 	kindRelease   kind = "release"
+	// kindWait makes the row available at a later time and gives back the
+	// attempt its claim took (Wait).
+	kindWait kind = "wait"
 )
 
 // outcome is the settle one claim calls for.
@@ -44,7 +47,7 @@ type outcome struct {
 	job
 	kind  kind
 	at    int64  // processed_at, available_at or failed_at, by kind
-	err   string // last_error, for retry and failed
+	err   string // last_error, for retry, wait and failed
 	cause error  // the dispatch error, for the log
 }
 
@@ -271,7 +274,7 @@ func (s *settler) exec(ctx context.Context, batch []outcome) (map[uuid.UUID]stru
 	settlements := make([]Settlement, len(batch))
 	for i, o := range batch {
 		settlements[i] = Settlement{ID: o.ID, Token: o.token, Kind: string(o.kind), At: o.at}
-		if o.kind == kindRetry || o.kind == kindFailed {
+		if o.kind == kindRetry || o.kind == kindWait || o.kind == kindFailed {
 			settlements[i].Err = &batch[i].err
 		}
 	}
@@ -426,6 +429,9 @@ func (r *Relay) recordSettled(batch []outcome, settled map[uuid.UUID]struct{}) {
 		case kindRetry:
 			r.m.retried.WithLabelValues(o.Tag).Inc()
 			r.attempts.failed(o, time.UnixMilli(o.at))
+		case kindWait:
+			r.logger.Debug("outbox row waits without spending an attempt",
+				"id", o.ID, "tag", o.Tag, "attempts", o.Attempt-1, "until", time.UnixMilli(o.at).UTC(), "reason", o.cause)
 		}
 	}
 }

@@ -109,9 +109,12 @@ type ClaimedRow struct {
 type Settlement struct {
 	ID    uuid.UUID
 	Token uuid.UUID
-	Kind  string // processed, retry, failed or release
-	At    int64  // processed_at, available_at or failed_at, by kind
-	Err   *string
+	// Kind is processed, retry, failed, release or wait; a wait sets
+	// available_at like a retry, and gives back the attempt the claim took
+	// (attempts one less, never below 0).
+	Kind string
+	At   int64 // processed_at, available_at or failed_at, by kind
+	Err  *string
 }
 
 // Listener is a RelayStore whose relays can wake each other (PostgreSQL's
@@ -137,6 +140,7 @@ const (
 	KindRetry     = string(kindRetry)
 	KindFailed    = string(kindFailed)
 	KindRelease   = string(kindRelease)
+	KindWait      = string(kindWait)
 )
 
 // NewStore returns the outbox store of db's dialect (database.Pick): db must

@@ -197,13 +197,15 @@ func (s *pgRelayStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRo
 // predicate is deliberately absent: it is the partial index's predicate, and
 // with it the planner may scan that index and filter on id (a settle costing a
 // scan of the backlog). The token is cleared, so replaying a flush whose commit
-// answer was lost changes nothing either.
+// answer was lost changes nothing either (a wait, which gives back the
+// claim's attempt, gives it back once).
 const settleSQL = `
 UPDATE outbox_events o SET
 	processed_at  = CASE WHEN u.kind = 'processed' THEN u.at ELSE o.processed_at END,
 	failed_at     = CASE WHEN u.kind = 'failed' THEN u.at ELSE o.failed_at END,
-	available_at  = CASE WHEN u.kind = 'retry' THEN u.at ELSE o.available_at END,
-	last_error    = CASE WHEN u.kind IN ('retry', 'failed') THEN u.err ELSE o.last_error END,
+	available_at  = CASE WHEN u.kind IN ('retry', 'wait') THEN u.at ELSE o.available_at END,
+	attempts      = CASE WHEN u.kind = 'wait' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+	last_error    = CASE WHEN u.kind IN ('retry', 'wait', 'failed') THEN u.err ELSE o.last_error END,
 	claimed_until = NULL,
 	claim_token   = NULL
 FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::text[]) AS u(id, token, kind, at, err)

@@ -175,8 +175,9 @@ const sqliteSettleSQL = `
 UPDATE outbox_events SET
 	processed_at  = CASE WHEN ?3 = 'processed' THEN ?4 ELSE processed_at END,
 	failed_at     = CASE WHEN ?3 = 'failed' THEN ?4 ELSE failed_at END,
-	available_at  = CASE WHEN ?3 = 'retry' THEN ?4 ELSE available_at END,
-	last_error    = CASE WHEN ?3 IN ('retry', 'failed') THEN ?5 ELSE last_error END,
+	available_at  = CASE WHEN ?3 IN ('retry', 'wait') THEN ?4 ELSE available_at END,
+	attempts      = CASE WHEN ?3 = 'wait' THEN max(attempts - 1, 0) ELSE attempts END,
+	last_error    = CASE WHEN ?3 IN ('retry', 'wait', 'failed') THEN ?5 ELSE last_error END,
 	claimed_until = NULL,
 	claim_token   = NULL
 WHERE id = ?1 AND claim_token = ?2`

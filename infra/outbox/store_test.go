@@ -176,6 +176,42 @@ func storeConformance(t *testing.T, newDBOn func(testing.TB, sqldb.Dialect) *dbt
 			require.Empty(t, replay, "a replayed settle matches nothing: its token was cleared")
 		})
 
+		t.Run("a wait sets available_at and last_error and gives back the claim's attempt, fenced by the token", func(t *testing.T) {
+			t.Parallel()
+			db := newDBOn(t, d)
+			rs, err := storeOf(t, db).OpenRelay(10)
+			require.NoError(t, err)
+			t.Cleanup(func() { rs.Close(context.Background()) })
+			ids := appendEvents(t, db, things(2)...)
+			exec(t, db, `UPDATE outbox_events SET attempts = 2 WHERE id = $1`, ids[0])
+			token := uuid.New()
+			now := time.Now().UnixMilli()
+			got := claimAll(t, rs, args(now, 10, token))
+			require.Len(t, got, 2)
+			msg := "duplicate window"
+			settled, err := rs.Settle(ctxT(t), []outbox.Settlement{
+				{ID: ids[0], Token: token, Kind: outbox.KindWait, At: now + 30_000, Err: &msg},
+				{ID: ids[1], Token: uuid.New(), Kind: outbox.KindWait, At: now + 30_000, Err: &msg}, // another claim's
+			})
+			require.NoError(t, err)
+			require.Equal(t, map[uuid.UUID]struct{}{ids[0]: {}}, settled)
+			waited := getRow(t, db, ids[0])
+			require.Equal(t, 2, waited.Attempts, "the attempt the claim took is given back")
+			require.Equal(t, now+30_000, waited.AvailableAt)
+			require.Equal(t, "duplicate window", *waited.LastError)
+			require.Nil(t, waited.ClaimedUntil)
+			require.Nil(t, waited.FailedAt)
+			fenced := getRow(t, db, ids[1])
+			require.Equal(t, 1, fenced.Attempts, "a wait with another token changes nothing")
+			require.NotNil(t, fenced.ClaimedUntil)
+			require.Nil(t, fenced.LastError)
+
+			replay, err := rs.Settle(ctxT(t), []outbox.Settlement{{ID: ids[0], Token: token, Kind: outbox.KindWait, At: now, Err: &msg}})
+			require.NoError(t, err)
+			require.Empty(t, replay, "a replayed wait gives nothing back twice")
+			require.Equal(t, 2, getRow(t, db, ids[0]).Attempts)
+		})
+
 		t.Run("backlog, requeue, delete and retention", func(t *testing.T) {
 			t.Parallel()
 			db := newDBOn(t, d)

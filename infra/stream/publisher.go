@@ -107,6 +107,7 @@ type Publisher struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	ready   atomic.Bool           // the stream and every durable of cfg.Consumers were seen as they must be
+	down    atomic.Int64          // unix ns when Publish first found the connection down, 0 while up
 	blocked atomic.Pointer[error] // why not ready, for Publish's error
 	checked chan struct{}         // closed when the first check has ended, ready or not
 	once    sync.Once             // closes checked
@@ -320,7 +321,10 @@ func (p *Publisher) ensure(ctx context.Context) error {
 
 // Publish publishes m to labeling.events.<tag> with Nats-Msg-Id = the row id and
 // its Events-Signature, and returns nil only on the broker's ack: the message is stored (or was stored
-// before, which the ack reports as a duplicate, a success). Every failure is an
+// before, which the ack reports as a duplicate, a success). A refusal that
+// only waits for something with an end (the stream or a durable being made, a
+// lost connection, an id in the duplicate window: see offline and confirm) is
+// marked outbox.Wait and spends no attempt; every other failure is an
 // ordinary error the relay retries after its durable delay.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if p.js == nil {
@@ -336,9 +340,16 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 		case <-ctx.Done():
 		}
 	}
-	if !p.ready.Load() {
+	if d, offline := p.offline(); offline {
 		publishes.WithLabelValues(PublishFailed).Inc()
-		return fmt.Errorf("publish %s %s: stream %s not ready: %w", m.Tag, m.ID, Name, *p.blocked.Load())
+		return outbox.Wait(fmt.Errorf("publish %s %s: not connected to NATS", m.Tag, m.ID), d)
+	}
+	if !p.ready.Load() {
+		// Nothing was sent: the row waits for the stream loop (a durable being
+		// made again, the server not answering yet, a stream the operator must
+		// replace) without spending an attempt on it.
+		publishes.WithLabelValues(PublishFailed).Inc()
+		return outbox.Wait(fmt.Errorf("publish %s %s: stream %s not ready: %w", m.Tag, m.ID, Name, *p.blocked.Load()), notReadyWait)
 	}
 	body, err := delivery.Envelope(m)
 	if err != nil {
@@ -353,17 +364,26 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	endSpan(span, err)
 	if err != nil {
 		publishes.WithLabelValues(PublishFailed).Inc()
+		err = fmt.Errorf("publish %s %s: %w", m.Tag, m.ID, err)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 			errors.Is(err, jetstream.ErrStreamNotFound) {
 			// Deleted, or not created yet: make it again, and its consumers
-			// before anything is published to it.
+			// before anything is published to it. Nothing was stored; the row
+			// waits for the stream loop as it does while not ready.
 			p.block(err)
 			p.kickStream()
+			return outbox.Wait(err, notReadyWait)
 		}
-		return fmt.Errorf("publish %s %s: %w", m.Tag, m.ID, err)
+		if d, offline := p.offline(); offline {
+			// The connection was lost under the publish: the message was
+			// stored or not, and the republish settles it either way.
+			return outbox.Wait(err, d)
+		}
+		return err
 	}
-	if err := p.confirm(ctx, ack.Sequence); err != nil {
+	if err := p.confirm(ctx, m, ack.Sequence); err != nil {
 		publishes.WithLabelValues(PublishFailed).Inc()
+		// A wait (outbox.Wait) stays one through the wrapping.
 		return fmt.Errorf("publish %s %s: acked at sequence %d, not settled: %w", m.Tag, m.ID, ack.Sequence, err)
 	}
 	if ack.Duplicate {
@@ -376,58 +396,163 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	return nil
 }
 
+// offline reports whether the connection is down, and then how long a row
+// waits: as long as the connection has been down so far, notReadyWait to
+// offlineWaitMax. Nothing reaches the broker meanwhile, so a row waits
+// (outbox.Wait) instead of spending attempts on an outage, whatever its
+// length and the relay's retry settings, and a long one costs each row a
+// claim every offlineWaitMax at most. A publish that reaches the server and
+// gets no ack (a server that hangs) is still a failed attempt.
+func (p *Publisher) offline() (time.Duration, bool) {
+	if p.nc.IsConnected() {
+		if p.down.Load() != 0 {
+			p.down.Store(0)
+		}
+		return 0, false
+	}
+	now := time.Now().UnixNano()
+	p.down.CompareAndSwap(0, now)
+	return min(max(time.Duration(now-p.down.Load()), notReadyWait), offlineWaitMax), true
+}
+
 // errNotKept is why a publish acked by the stream is not a success: the message
 // may have been stored while a durable was missing, which an interest stream
 // does not keep for it.
 var errNotKept = errors.New("not known to be kept for every durable")
 
-// confirm returns nil only if the message the stream acked at seq is kept for
-// every durable of cfg.Consumers. After the ack, each durable must exist as the
-// very incarnation ensure saw (same creation time: a durable deleted and made
-// again has another), so that incarnation existed from before ensure's boundary
-// read until now; a message with seq above that boundary was stored within that
-// span, while the durable existed, so the stream keeps it for the durable. A seq
-// at or below the boundary (a duplicate ack of an older publish, or a publish
-// in flight while ensure ran) is kept only if the stream still holds it (a
-// durable made after it, delivering all, still gets it); otherwise the row
-// waits: its id is in the stream's duplicate window, which also records a
-// message dropped for no interest, so its republish is acked as a duplicate and
-// dropped until the window has passed, and then stored anew.
-func (p *Publisher) confirm(ctx context.Context, seq uint64) error {
+const (
+	// ClockSkew is how far labeling's clock (a row's created_at) and the NATS
+	// server's (a durable's creation time) may differ for confirm's rule
+	// "made before the row" to hold. Hosts kept by NTP differ by
+	// milliseconds. The price of the margin: a row appended within ClockSkew
+	// after a durable was made, whose message is no longer in the stream when
+	// its publish is acked again, waits for the duplicate window.
+	ClockSkew = 10 * time.Second
+	// notReadyWait is how long a row waits, without spending an attempt, for
+	// the stream loop to make the stream or a durable (again): the loop
+	// starts at once when kicked and retries within its backoff.
+	notReadyWait = time.Second
+	// offlineWaitMax is the longest a row waits for a lost connection
+	// before it is tried again (see offline).
+	offlineWaitMax = 30 * time.Second
+	// windowGrace is added to the duplicate window a row waits out: the
+	// server forgets an id on a timer, a little after the window ends.
+	windowGrace = time.Second
+)
+
+// durableState is one durable of cfg.Consumers as confirm read it after an ack.
+type durableState struct {
+	name    string
+	created time.Time
+	seen    instance // as ensure last saw it
+	known   bool     // ensure saw it
+}
+
+// keptByCreation reports whether the durable's incarnation was created before
+// m was appended, so before its message was stored (ClockSkew apart).
+func (d durableState) keptByCreation(m outbox.Message) bool {
+	return d.created.Add(ClockSkew).Before(time.UnixMilli(m.CreatedAt))
+}
+
+// keptByBoundary reports whether the durable is the incarnation ensure saw
+// and seq is above the boundary read after it: stored while it existed.
+func (d durableState) keptByBoundary(seq uint64) bool {
+	return d.known && d.created.Equal(d.seen.created) && seq > d.seen.boundary
+}
+
+// confirm returns nil only if the message of m that the stream acked at seq is
+// kept for every durable of cfg.Consumers, that is, was stored while an
+// incarnation of each existed: an interest stream then removes it only once
+// that incarnation has acked or terminated it (or is deleted). It reads each
+// durable after the ack, so the incarnation it reads existed from its
+// creation until after the message was stored, and for each durable one of
+// these must hold:
+//
+//   - created before the row: the incarnation's creation time is more than
+//     ClockSkew before m.CreatedAt, and the message can only have been stored
+//     after its row was appended. This holds across a restart of labeling (it
+//     needs no memory) and of the server (which keeps a durable's creation
+//     time, to within a millisecond on 2.9), and whatever the sequence: a
+//     duplicate ack of a message every durable has consumed since, which the
+//     stream no longer holds, is settled, rightly.
+//   - the incarnation ensure saw, and seq above the boundary read after it:
+//     stored within the span it existed, for a durable made after the row
+//     (ensure made it again). A message dropped for no interest while the
+//     durable was missing is recorded in the duplicate window with sequence 0
+//     (2.9) or its own, never above a boundary read after the durable was made.
+//   - the stream still holds message seq: a durable made after it, delivering
+//     all, gets it.
+//
+// A message dropped for no interest fails all three: it was stored while some
+// durable was missing, so before that durable's current incarnation was made,
+// whose creation is then after the row's append (the first fails), whose
+// boundary is at or above it (the second fails), and the stream does not hold
+// it (the third fails). Such a row waits (outbox.Wait: no attempt spent) until
+// its id has left the duplicate window, when its next publish is stored anew.
+// A missing durable also makes the row wait, a short while: labeling makes it
+// again, and the next try decides.
+func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) error {
 	p.mu.Lock()
 	want := maps.Clone(p.instances)
 	p.mu.Unlock()
-	check := false
+	var undecided []durableState
 	for _, durable := range p.cfg.Consumers {
-		in, ok := want[durable]
-		if !ok {
-			return fmt.Errorf("durable %s not seen yet: %w", durable, errNotKept)
-		}
 		c, err := p.js.Consumer(ctx, Name, durable)
-		if err != nil || !c.CachedInfo().Created.Equal(in.created) {
-			// Missing, or made again: make it (again) before anything more
-			// is settled.
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			// Missing: make it before anything more is settled.
 			p.block(fmt.Errorf("durable %s was deleted: %w", durable, errNotKept))
 			p.kickStream()
-			if err == nil {
-				err = errors.New("made again since it was last seen")
-			}
-			return fmt.Errorf("durable %s: %w (%w)", durable, errNotKept, err)
+			return outbox.Wait(fmt.Errorf("durable %s: %w (%w)", durable, errNotKept, err), notReadyWait)
 		}
-		if seq <= in.boundary {
-			check = true
+		if err != nil {
+			return fmt.Errorf("durable %s: %w", durable, err)
+		}
+		in, known := want[durable]
+		d := durableState{name: durable, created: c.CachedInfo().Created, seen: in, known: known}
+		if known && !d.created.Equal(in.created) {
+			// Made again, or read back after a server restart: ensure notes
+			// the incarnation and its boundary.
+			p.kickStream()
+		}
+		if !d.keptByCreation(m) && !d.keptByBoundary(seq) {
+			undecided = append(undecided, d)
 		}
 	}
-	if check {
+	if len(undecided) == 0 {
+		return nil
+	}
+	if seq > 0 { // 0 is no message: 2.9's duplicate ack of one dropped for no interest
 		st, err := p.js.Stream(ctx, Name)
 		if err != nil {
 			return err
 		}
-		if _, err := st.GetMsg(ctx, seq); err != nil {
-			return fmt.Errorf("sequence %d at or before a durable's creation and no longer in the stream: %w (%w)", seq, errNotKept, err)
+		_, err = st.GetMsg(ctx, seq)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("sequence %d: %w", seq, err)
 		}
 	}
-	return nil
+	d := undecided[0]
+	return outbox.Wait(fmt.Errorf("sequence %d not in the stream and durable %s made at %s, not before the row was appended at %s: "+
+		"perhaps dropped for no interest: %w; waiting for its id to leave the duplicate window (%s)",
+		seq, d.name, d.created.UTC().Format(time.RFC3339Nano), time.UnixMilli(m.CreatedAt).UTC().Format(time.RFC3339Nano),
+		errNotKept, p.cfg.DuplicateWindow), p.windowWait(m))
+}
+
+// windowWait is how long a row whose id may be in the duplicate window as a
+// message dropped for no interest waits before its next publish. The window
+// runs from the id's first publish, which came after the row's append: not
+// before CreatedAt + DuplicateWindow (+ windowGrace). Once that has passed and
+// the id is still there (the first publish came late, or the clocks differ),
+// it waits a tenth of the window (1s to 1m) at a time, so a window costs about
+// ten tries at most, none of them an attempt.
+func (p *Publisher) windowWait(m outbox.Message) time.Duration {
+	if d := time.Until(time.UnixMilli(m.CreatedAt).Add(p.cfg.DuplicateWindow + windowGrace)); d > 0 {
+		return d
+	}
+	return min(max(p.cfg.DuplicateWindow/10, time.Second), time.Minute)
 }
 
 // Subscriber returns an outbox subscriber of E's tag that publishes each row to

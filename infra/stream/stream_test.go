@@ -207,6 +207,32 @@ func TestPublisher(t *testing.T) {
 		publishUntil(t, p, message("RuleDeactivated"))
 	})
 
+	t.Run("a publish while the connection is down waits, as long as it has been down, without an attempt", func(t *testing.T) {
+		t.Parallel()
+		addr, dir := freeAddr(t), t.TempDir()
+		s := natsServer(t, addr, dir)
+		p := publisher(t, s.ClientURL())
+		publishUntil(t, p, message("RuleActivated"))
+		s.Shutdown()
+		waitOf := func() time.Duration {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			err := p.Publish(ctx, message("RuleActivated"))
+			require.Error(t, err, "no ack without a server")
+			d, _ := outbox.WaitOf(err)
+			return d
+		}
+		// Until the client has seen the connection go, a publish may fail as
+		// an attempt (the server hung up under it).
+		eventually(t, func() bool { return waitOf() >= time.Second }, "a publish while disconnected waits a second at least")
+		start := time.Now()
+		eventually(t, func() bool { return time.Since(start) > 2*time.Second }, "the outage goes on")
+		require.GreaterOrEqual(t, waitOf(), 2*time.Second, "the wait grows with the outage")
+
+		natsServer(t, addr, dir)
+		publishUntil(t, p, message("RuleDeactivated"))
+	})
+
 	t.Run("updates the stream's duplicate window on a restart with another one", func(t *testing.T) {
 		t.Parallel()
 		s := natsServer(t, "", "")
