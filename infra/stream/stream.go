@@ -29,6 +29,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // The stream's names (contract section 7).
@@ -82,10 +84,10 @@ func connect(cc ConnectConfig, name string, logger *slog.Logger) (*nats.Conn, er
 			logger.Warn("nats disconnected", "err", errText(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("nats connected", "server", nc.ConnectedUrlRedacted())
+			logger.Info("nats connected", "server", wire.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ConnectHandler(func(nc *nats.Conn) {
-			logger.Info("nats connected", "server", nc.ConnectedUrlRedacted())
+			logger.Info("nats connected", "server", wire.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			// A wrong password, an untrusted certificate or a server that is
