@@ -107,6 +107,7 @@ func TestServeCallsTheProvider(t *testing.T) {
 			require.NoError(t, err)
 			require.Regexp(t, `(?m)^billing_outbox_oldest_pending_age_seconds 3[56]\d\d(\.\d+)?$`, string(metrics), "the hour-old pending row, with no relay")
 			require.Contains(t, string(metrics), "\nbilling_outbox_failed_rows 0\n")
+			require.Contains(t, string(metrics), "\nbilling_outbox_pending_rows 1\n", "the older pending row alone: nothing appended")
 
 			require.Equal(t, 0, s.stop(t), s.Stderr.String())
 			lines := 0

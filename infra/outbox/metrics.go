@@ -22,7 +22,7 @@ type metrics struct {
 	appended, claimed, processed, retried, dead, fenced *prometheus.CounterVec
 	dispatchSeconds                                     *prometheus.HistogramVec
 	ticksFailed                                         prometheus.Counter
-	oldestPendingDesc, failedRowsDesc                   *prometheus.Desc
+	oldestPendingDesc, failedRowsDesc, pendingRowsDesc  *prometheus.Desc
 }
 
 // metricPrefix is the prefix of table's metric names: the table name without
@@ -55,6 +55,8 @@ func newMetrics(table string) *metrics {
 			"Age of the oldest row neither processed nor failed (0 when there is none).", nil, nil),
 		failedRowsDesc: prometheus.NewDesc(p+"_failed_rows",
 			"Rows in the dead letter (failed_at set), waiting for an operator.", nil, nil),
+		pendingRowsDesc: prometheus.NewDesc(p+"_pending_rows",
+			"Rows neither processed nor failed, counted up to "+pendingRowsCapSQL+" (a larger backlog reads "+pendingRowsCapSQL+").", nil, nil),
 	}
 }
 
@@ -90,6 +92,30 @@ func metricsFor(table string) *metrics {
 // or not a store was built yet.
 func init() { metricsFor(DefaultTable) }
 
+// PendingRowsCap is the most pending rows the PREFIX_pending_rows gauge
+// counts: a scrape reads at most this many entries of the pending index (tens
+// of milliseconds), and a larger backlog reads as the cap, while
+// PREFIX_oldest_pending_age_seconds still says how far behind it is.
+const PendingRowsCap = 100000
+
+// pendingRowsCapSQL is PendingRowsCap in the backlog statements (a constant,
+// never input).
+const pendingRowsCapSQL = "100000"
+
+// backlog is what the backlog gauges show: the oldest pending row's
+// created_at (nil when none), the failed rows, and the pending rows up to
+// PendingRowsCap.
+type backlog struct {
+	oldest          *int64
+	failed, pending int64
+}
+
+// backlogReader is a store whose backlog read also counts the pending rows
+// (both dialects' stores).
+type backlogReader interface {
+	backlog(ctx context.Context) (backlog, error)
+}
+
 // backlogCollector reads the backlog at scrape time.
 type backlogCollector struct {
 	store Store
@@ -112,19 +138,30 @@ func NewBacklogCollector(store Store) prometheus.Collector {
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.oldestPendingDesc
 	ch <- c.m.failedRowsDesc
+	ch <- c.m.pendingRowsDesc
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	oldest, failed, err := c.store.Backlog(ctx)
+	var b backlog
+	var err error
+	r, counts := c.store.(backlogReader) // a Store of another package has no pending count
+	if counts {
+		b, err = r.backlog(ctx)
+	} else {
+		b.oldest, b.failed, err = c.store.Backlog(ctx)
+	}
 	if err != nil {
 		return
 	}
 	age := 0.0
-	if oldest != nil {
-		age = max(0, float64(c.now().UnixMilli()-*oldest)/1000)
+	if b.oldest != nil {
+		age = max(0, float64(c.now().UnixMilli()-*b.oldest)/1000)
 	}
 	ch <- prometheus.MustNewConstMetric(c.m.oldestPendingDesc, prometheus.GaugeValue, age)
-	ch <- prometheus.MustNewConstMetric(c.m.failedRowsDesc, prometheus.GaugeValue, float64(failed))
+	ch <- prometheus.MustNewConstMetric(c.m.failedRowsDesc, prometheus.GaugeValue, float64(b.failed))
+	if counts {
+		ch <- prometheus.MustNewConstMetric(c.m.pendingRowsDesc, prometheus.GaugeValue, float64(b.pending))
+	}
 }

@@ -28,7 +28,7 @@ func TestBacklogCollector(t *testing.T) {
 			return got
 		}
 
-		t.Run("reports the oldest pending row's age and the dead-letter size", func(t *testing.T) {
+		t.Run("reports the oldest pending row's age, the pending rows and the dead-letter size", func(t *testing.T) {
 			t.Parallel()
 			db := newDBOn(t, d)
 			ids := appendEvents(t, db, things(4)...)
@@ -41,6 +41,7 @@ func TestBacklogCollector(t *testing.T) {
 
 			got := gather(t, outbox.NewBacklogCollector(storeOf(t, db)))
 			require.Equal(t, 2.0, got["outbox_failed_rows"])
+			require.Equal(t, 1.0, got["outbox_pending_rows"], "neither the processed row nor the failed ones")
 			age := got["outbox_oldest_pending_age_seconds"]
 			require.GreaterOrEqual(t, age, 60.0, "the oldest pending row, not a processed or failed one")
 			require.Less(t, age, 120.0)
@@ -50,7 +51,7 @@ func TestBacklogCollector(t *testing.T) {
 			t.Parallel()
 			db := newDBOn(t, d)
 			got := gather(t, outbox.NewBacklogCollector(storeOf(t, db)))
-			require.Equal(t, map[string]float64{"outbox_failed_rows": 0, "outbox_oldest_pending_age_seconds": 0}, got)
+			require.Equal(t, map[string]float64{"outbox_failed_rows": 0, "outbox_oldest_pending_age_seconds": 0, "outbox_pending_rows": 0}, got)
 		})
 
 		t.Run("an unreachable database leaves the metrics out instead of failing the scrape", func(t *testing.T) {

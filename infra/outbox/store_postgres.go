@@ -347,15 +347,23 @@ func (s *pgRelayStore) Listen(ctx context.Context, hooks ListenHooks) error {
 
 const pgBacklogSQL = `
 		SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`
+		       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL),
+		       (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL
+		                              LIMIT ` + pendingRowsCapSQL + `) AS pending)`
 
 // Backlog reads the oldest pending row and the failed count, through the
 // partial indexes (a min over the pending one, a count over the failed one).
 func (s *pgStore) Backlog(ctx context.Context) (*int64, int64, error) {
-	var oldest *int64
-	var failed int64
-	err := s.pool.QueryRow(ctx, s.sql.backlog).Scan(&oldest, &failed)
-	return oldest, failed, err
+	b, err := s.backlog(ctx)
+	return b.oldest, b.failed, err
+}
+
+// backlog is Backlog with the pending rows counted too, at most
+// PendingRowsCap of them through the pending index.
+func (s *pgStore) backlog(ctx context.Context) (backlog, error) {
+	var b backlog
+	err := s.pool.QueryRow(ctx, s.sql.backlog).Scan(&b.oldest, &b.failed, &b.pending)
+	return b, err
 }
 
 const pgFailedSQL = `

@@ -226,22 +226,31 @@ func (s *sqliteStore) read(ctx context.Context, fn func(sqlite.Tx) error) error 
 
 const sqliteBacklogSQL = `
 			SELECT (SELECT min(created_at) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL),
-			       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL)`
+			       (SELECT count(*) FROM outbox_events WHERE failed_at IS NOT NULL),
+			       (SELECT count(*) FROM (SELECT 1 FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL
+			                              LIMIT ` + pendingRowsCapSQL + `))`
 
 // Backlog reads the oldest pending row and the failed count on a reader.
 func (s *sqliteStore) Backlog(ctx context.Context) (*int64, int64, error) {
+	b, err := s.backlog(ctx)
+	return b.oldest, b.failed, err
+}
+
+// backlog is Backlog with the pending rows counted too, at most
+// PendingRowsCap of them.
+func (s *sqliteStore) backlog(ctx context.Context) (backlog, error) {
 	var oldest sql.NullInt64
-	var failed int64
+	var b backlog
 	err := s.read(ctx, func(tx sqlite.Tx) error {
-		return tx.QueryRow(ctx, s.sql.backlog).Scan(&oldest, &failed)
+		return tx.QueryRow(ctx, s.sql.backlog).Scan(&oldest, &b.failed, &b.pending)
 	})
 	if err != nil {
-		return nil, 0, err
+		return backlog{}, err
 	}
-	if !oldest.Valid {
-		return nil, failed, nil
+	if oldest.Valid {
+		b.oldest = &oldest.Int64
 	}
-	return &oldest.Int64, failed, nil
+	return b, nil
 }
 
 const sqliteFailedSQL = `
