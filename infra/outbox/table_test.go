@@ -127,8 +127,8 @@ func TestTwoTablesInOneDatabase(t *testing.T) {
 		for _, f := range families {
 			names = append(names, f.GetName())
 		}
-		require.ElementsMatch(t, []string{"billing_outbox_failed_rows", "billing_outbox_oldest_pending_age_seconds",
-			"outbox_failed_rows", "outbox_oldest_pending_age_seconds"}, names)
+		require.ElementsMatch(t, []string{"billing_outbox_failed_rows", "billing_outbox_oldest_pending_age_seconds", "billing_outbox_pending_rows",
+			"outbox_failed_rows", "outbox_oldest_pending_age_seconds", "outbox_pending_rows"}, names)
 	})
 }
 
