@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strconv"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/database"
 )
 
 // natsFailedTimeout bounds `billing nats failed`.
@@ -23,7 +21,8 @@ const natsFailedPage = 1000
 // every listing is printed (cli.Listing: one record a line, tab-separated,
 // each field escaped losslessly, so a subject or msg id that is not UTF-8
 // prints its other bytes as \xNN): stream_seq, subject, msg_id, deliveries,
-// failed_at, reason. It reads them a page at a time (keyset, by id), without
+// failed_at, reason, after the database it opened on stderr
+// (cli.OpenDatabase). It reads them a page at a time (keyset, by id), without
 // their payloads, so its memory is a page's. DATABASE_URL only, like every operator command, and
 // stopped by a signal like them; bounded at 30 s (contract section 1).
 func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
@@ -32,9 +31,9 @@ func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
 		return err
 	}
 	return cli.Bounded(natsFailedTimeout, func(ctx context.Context) error {
-		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+		db, err := cli.OpenDatabase(ctx, cfg.DatabaseURL, cfg.Bounds, stderr)
 		if err != nil {
-			return fmt.Errorf("DATABASE_URL: %w", err)
+			return err
 		}
 		defer db.Close()
 		list := cli.NewListing(stdout, stderr, "no failed records")

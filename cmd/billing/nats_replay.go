@@ -12,7 +12,6 @@ import (
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/inbox"
 )
 
@@ -77,10 +76,11 @@ func natsReplay(ids []int64, after int64) cli.Action {
 // and prints its report.
 func replay(ctx context.Context, cfg config.Replay, ids []int64, after int64, stdout, stderr io.Writer) error {
 	// An existing database only: replay on a wrong path would otherwise
-	// create an empty one and report "replayed 0 of 0 records".
-	db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+	// create an empty one and report "replayed 0 of 0 records". Named on
+	// stderr before the report (cli.OpenDatabase).
+	db, err := cli.OpenDatabase(ctx, cfg.DatabaseURL, cfg.Bounds, stderr)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
 	defer db.Close()
 	svc := billing.NewService(db, slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "billing"),

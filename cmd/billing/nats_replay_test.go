@@ -49,6 +49,7 @@ func TestNATSReplay(t *testing.T) {
 			r := runCmd(t, vars, "nats", "replay", "--all")
 			require.Equal(t, 0, r.code, r.stderr)
 			require.Equal(t, "replayed 2 of 3 records\n1 stayed: signature invalid under the current keys\n", r.stdout)
+			require.Regexp(t, `^database: `+string(d)+` [^\n]+\n`, r.stderr, "the database it replayed into, first, on stderr")
 			require.Equal(t, 2, quota())
 			require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM billing_nats_failed`))
 

@@ -130,6 +130,7 @@ func TestNATS(t *testing.T) {
 		require.Equal(t, "7\tlabeling.events.RuleActivated\tm-7\t1\t2026-01-01T00:00:00.000Z\tbody is not\\tvalid\\nJSON\n"+
 			"8\tlabeling.events.\\xc3(\\\\\t\\xffé\t1\t2026-01-01T00:00:00.000Z\tr\n", r.stdout,
 			"bytes that are not UTF-8 print as \\xNN, losslessly")
+		require.Regexp(t, `^database: postgres host=[^\n]+ database=[^\n]+\n$`, r.stderr, "the database it read, on stderr only")
 
 		r = runCmd(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN=x"), "nats")
 		require.Equal(t, 2, r.code, "nats alone is a usage error")

@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
 // withOutboxStore runs fn as an operator command with the outbox store of
-// DATABASE_URL's database (either dialect) on billing_outbox_events: the store
+// DATABASE_URL's database (either dialect; named on stderr first,
+// cli.OpenDatabase) on billing_outbox_events: the store
 // of the shared `outbox …` commands (cli.OutboxCommands), which behave as
 // labeling's do (contract sections 1 and 10). It reads DATABASE_URL and the
 // DB_* bounds only, runs within commandTimeout and stops on SIGINT or
@@ -25,9 +24,9 @@ func withOutboxStore(fn func(ctx context.Context, store outbox.Store, stdout, st
 			return err
 		}
 		return cli.Bounded(commandTimeout, func(ctx context.Context) error {
-			db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+			db, err := cli.OpenDatabase(ctx, cfg.DatabaseURL, cfg.Bounds, stderr)
 			if err != nil {
-				return fmt.Errorf("DATABASE_URL: %w", err)
+				return err
 			}
 			defer db.Close()
 			return fn(ctx, outbox.NewStore(db, outbox.WithTable(billing.OutboxTable)), stdout, stderr)

@@ -265,8 +265,8 @@ func TestOutboxCommands(t *testing.T) {
 			code, _, stderr := runCLI(f.vars, "outbox", "delete", f.failed.String(), f.pending.String())
 
 			require.Equal(t, exitFail, code)
-			require.True(t, strings.HasPrefix(stderr, "labeling: "), stderr)
-			require.Contains(t, stderr, "pending")
+			// The database it opened, then the one-line failure.
+			require.Regexp(t, `^database: `+string(d)+` [^\n]+\nlabeling: [^\n]*pending[^\n]*\n$`, stderr)
 			require.True(t, f.exists(t, f.failed))
 			require.True(t, f.exists(t, f.pending))
 		})
@@ -292,6 +292,7 @@ func TestOperatorCommandsNeverCreateADatabase(t *testing.T) {
 			require.Empty(t, stdout)
 			require.Contains(t, stderr, "DATABASE_URL")
 			require.Contains(t, stderr, path)
+			require.NotContains(t, stderr, "database: ", "a database that did not open is not named as opened")
 			_, err := os.Stat(dir)
 			require.ErrorIs(t, err, os.ErrNotExist, "neither the file nor its folder is created")
 		})

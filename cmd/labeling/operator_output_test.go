@@ -1,16 +1,24 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
+	"github.com/acme/outboxpair/migrations"
 )
 
 // Contract section 1: a failure caused by a setting prints one line naming the
@@ -84,21 +92,69 @@ func TestOperatorOutputs(t *testing.T) {
 		})
 	}
 
-	for _, c := range []struct{ bin, args, note string }{
-		{"labeling", "outbox failed", "no failed rows"},
-		{"billing", "nats failed", "no failed records"},
-	} {
-		t.Run(c.bin+" "+c.args+" with nothing failed leaves stdout empty and says so on stderr", func(t *testing.T) {
-			t.Parallel()
-			env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}
-			m := proctest.Start(t, bins[c.bin], env, "migrate")
-			require.Equal(t, exitOK, m.Wait(t, time.Minute).ExitCode(), m.Stderr.String())
-			p := proctest.Start(t, bins[c.bin], env, strings.Fields(c.args)...)
-			require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
-			require.Empty(t, p.Stdout.String(), "stdout is the listing, for scripts")
-			require.Equal(t, c.note+"\n", p.Stderr.String())
+	// Issue 34: every command that opens a database names it on stderr, one
+	// line before its output (DATABASE_URL forgotten, `outbox failed` read
+	// the default file and said only "no failed rows"); stdout stays exactly
+	// the output a script reads.
+	t.Run("each command that opens a database names it on stderr first and leaves stdout as it was", func(t *testing.T) {
+		t.Parallel()
+		dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+			dbs := map[string]*dbtest.DB{"labeling": dbtest.New(t, d, migrations.Labeling), "billing": dbtest.New(t, d, migrations.Billing)}
+			id := uuid.NewString()
+			for _, c := range []struct{ bin, args, stdout, note string }{
+				{"labeling", "outbox failed", "", "no failed rows\n"},
+				{"labeling", "outbox requeue " + id, "requeued 0 of 1 rows\n", ""},
+				{"labeling", "outbox requeue --all-failed", "requeued 0 rows\n", ""},
+				{"labeling", "outbox delete " + id, "deleted 0 of 1 rows\n", ""},
+				{"billing", "outbox failed", "", "no failed rows\n"},
+				{"billing", "outbox requeue " + id, "requeued 0 of 1 rows\n", ""},
+				{"billing", "outbox requeue --all-failed", "requeued 0 rows\n", ""},
+				{"billing", "outbox delete " + id, "deleted 0 of 1 rows\n", ""},
+				{"billing", "nats failed", "", "no failed records\n"},
+				{"billing", "nats replay --all", "replayed 0 of 0 records\n", ""},
+			} {
+				t.Run(c.bin+" "+strings.ReplaceAll(c.args, id, "ID"), func(t *testing.T) {
+					t.Parallel()
+					env := map[string]string{"DATABASE_URL": dbs[c.bin].URL}
+					if strings.HasPrefix(c.args, "nats replay") {
+						env["EVENTS_TOKEN"] = "t" // replay checks signatures (contract section 1)
+					}
+					p := proctest.Start(t, bins[c.bin], env, strings.Fields(c.args)...)
+					require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+					require.Equal(t, c.stdout, p.Stdout.String(), "stdout is the output a script reads, unchanged")
+					require.Equal(t, databaseLine(t, dbs[c.bin])+c.note, p.Stderr.String())
+				})
+			}
 		})
-	}
+	})
+
+	t.Run("labeling outbox failed with DATABASE_URL unset names the default file it read", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		m := proctest.StartIn(t, dir, bins["labeling"], nil, "migrate")
+		require.Equal(t, exitOK, m.Wait(t, time.Minute).ExitCode(), m.Stderr.String())
+		p := proctest.StartIn(t, dir, bins["labeling"], nil, "outbox", "failed")
+		require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+		require.Empty(t, p.Stdout.String())
+		require.Equal(t, "database: sqlite path="+filepath.Join(dir, "data", "labeling.db")+"\nno failed rows\n", p.Stderr.String())
+	})
+
+	t.Run("the line never carries the password of DATABASE_URL", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t, migrations.Labeling)
+		u, err := url.Parse(db.URL)
+		require.NoError(t, err)
+		password, set := u.User.Password()
+		if !set {
+			// A server that trusts the test's user ignores a password.
+			password = "never-printed-" + uuid.NewString()
+			u.User = url.UserPassword(u.User.Username(), password)
+		}
+		p := proctest.Start(t, bins["labeling"], map[string]string{"DATABASE_URL": u.String()}, "outbox", "failed")
+		require.Equal(t, exitOK, p.Wait(t, time.Minute).ExitCode(), p.Stderr.String())
+		require.Equal(t, databaseLine(t, &dbtest.DB{URL: db.URL, Pool: db.Pool})+"no failed rows\n", p.Stderr.String())
+		require.NotContains(t, p.Output.String(), password)
+	})
 
 	t.Run("a usage error of the real binary is two lines whose hint runs", func(t *testing.T) {
 		t.Parallel()
@@ -110,4 +166,18 @@ func TestOperatorOutputs(t *testing.T) {
 		require.Contains(t, h.Stdout.String(), "outbox requeue ID...")
 		require.NotContains(t, h.Stdout.String(), "apply pending migrations")
 	})
+}
+
+// databaseLine is the line an operator command prints on stderr before its
+// output for db, written out from db's URL: "database: sqlite path=FILE" (an
+// absolute path) or "database: postgres host=H port=P database=D".
+func databaseLine(t *testing.T, db *dbtest.DB) string {
+	t.Helper()
+	if file, ok := strings.CutPrefix(db.URL, "sqlite:"); ok {
+		return "database: sqlite path=" + file + "\n"
+	}
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	c := cfg.ConnConfig
+	return fmt.Sprintf("database: postgres host=%s port=%d database=%s\n", c.Host, c.Port, c.Database)
 }

@@ -2,23 +2,22 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/acme/outboxpair/infra/cli"
 	"github.com/acme/outboxpair/infra/config"
-	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
 // withStore runs fn as an operator command with the outbox store of
-// DATABASE_URL's database (either dialect), on labeling's outbox_events: the
+// DATABASE_URL's database (either dialect; named on stderr first,
+// cli.OpenDatabase), on labeling's outbox_events: the
 // store of the shared `outbox …` commands (cli.OutboxCommands).
 func withStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
 	return operator(func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
-		db, err := database.OpenExisting(ctx, cfg.DatabaseURL, cfg.Bounds)
+		db, err := cli.OpenDatabase(ctx, cfg.DatabaseURL, cfg.Bounds, stderr)
 		if err != nil {
-			return fmt.Errorf("DATABASE_URL: %w", err)
+			return err
 		}
 		defer db.Close()
 		return fn(ctx, outbox.NewStore(db), stdout, stderr)

@@ -28,7 +28,8 @@ type Lookup = func(name string) (string, bool)
 
 // Action runs a command whose arguments were accepted: it reads the configuration
 // it needs through lookup and writes its output to stdout, and a note for the
-// operator that is not output (an empty listing's "no failed rows") to stderr.
+// operator that is not output (the database it opened, OpenDatabase; an empty
+// listing's "no failed rows") to stderr.
 // An error is a failure, exit 1.
 type Action func(lookup Lookup, stdout, stderr io.Writer) error
 

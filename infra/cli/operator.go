@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/sqldb"
 )
 
 // Bounded runs fn, an operator command's work, with a context that ends at
@@ -23,6 +26,26 @@ func Bounded(timeout time.Duration, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return fn(ctx)
+}
+
+// OpenDatabase opens an operator command's database, url (DATABASE_URL)
+// with bounds b, and names it on stderr before the command's output, one
+// line: "database: " and database.Name ("database: sqlite
+// path=/srv/data/labeling.db", "database: postgres host=db port=5432
+// database=app"; never the password). A command run with DATABASE_URL
+// forgotten would otherwise read the default file and answer "no failed rows"
+// without saying from where; the line goes to stderr so stdout stays the
+// output a script reads (contract section 1). It opens an existing database
+// only (database.OpenExisting: a missing SQLite file is an error naming its
+// path, a PostgreSQL database is reached first), so the line names a
+// database that answered; an error names DATABASE_URL.
+func OpenDatabase(ctx context.Context, url string, b sqldb.Bounds, stderr io.Writer) (database.DB, error) {
+	db, err := database.OpenExisting(ctx, url, b)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	fmt.Fprintln(stderr, "database: "+database.Name(db))
+	return db, nil
 }
 
 // Listing writes an operator command's listing: one record a line, its fields

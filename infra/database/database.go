@@ -12,7 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"go.uber.org/fx"
 
@@ -121,6 +124,31 @@ func Describe(db DB) []any {
 			return []any{"dialect", "sqlite", "path", abs, "created", d.Created}
 		},
 	})
+}
+
+// Name is db on one line for the person at a terminal, from Describe's
+// attributes, so the operator commands' line and the "database opened" log
+// name a database alike: the dialect, then the other attributes as key=value,
+// a value quoted as Go quotes it when it is empty or holds a space, a quote,
+// an = or a character that does not print ("sqlite path=/srv/data/labeling.db",
+// "postgres host=db port=5432 database=app"), never the password. It leaves
+// out whether this process created the SQLite file: the commands that print
+// it open an existing database only.
+func Name(db DB) string {
+	attrs := Describe(db)
+	var b strings.Builder
+	fmt.Fprint(&b, attrs[1]) // attrs[0] is "dialect"
+	for i := 2; i+1 < len(attrs); i += 2 {
+		if attrs[i] == "created" {
+			continue
+		}
+		v := fmt.Sprint(attrs[i+1])
+		if v == "" || strings.IndexFunc(v, func(r rune) bool { return r == ' ' || r == '"' || r == '=' || !unicode.IsPrint(r) }) >= 0 {
+			v = strconv.Quote(v)
+		}
+		fmt.Fprintf(&b, " %s=%s", attrs[i], v)
+	}
+	return b.String()
 }
 
 // Migrate applies the pending migrations of m in db's dialect, safe for

@@ -3,6 +3,7 @@ package database_test
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,4 +34,37 @@ func TestPick(t *testing.T) {
 	require.PanicsWithValue(t,
 		"database: database_test.notOpened is not an opened database of either dialect (pass the DB Open returned)",
 		func() { database.Pick(notOpened{}, names) }, "a wiring defect names what it was handed")
+}
+
+// Name is the one-line name the operator commands print (infra/cli's
+// OpenDatabase): Describe's attributes, never the password, a value that would
+// not read as one word quoted.
+func TestName(t *testing.T) {
+	t.Parallel()
+	open := func(t *testing.T, url string) database.DB {
+		t.Helper()
+		// A PostgreSQL Open does not connect: no server is needed to name one.
+		db, err := database.Open(context.Background(), url, sqldb.Bounds{})
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+
+	t.Run("postgres is named by host, port and database, never the password", func(t *testing.T) {
+		t.Parallel()
+		db := open(t, "postgres://app:s3cret-pass@db.internal:6543/billing?sslmode=disable")
+		require.Equal(t, "postgres host=db.internal port=6543 database=billing", database.Name(db))
+	})
+
+	t.Run("sqlite is named by its absolute path, without created", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "labeling.db")
+		require.Equal(t, "sqlite path="+path, database.Name(open(t, "sqlite:"+path)))
+	})
+
+	t.Run("a value with a space is quoted", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "my data", "x.db")
+		require.Equal(t, "sqlite path="+strconv.Quote(path), database.Name(open(t, "sqlite:"+path)))
+	})
 }
