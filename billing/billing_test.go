@@ -322,7 +322,13 @@ func TestDeliverRejected(t *testing.T) {
 			{name: "malformed JSON", body: `{"id":`},
 			{name: "an empty body", body: ``},
 			{name: "two JSON values", body: env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`"}`) + `{}`},
-			{name: "an unknown envelope field", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q},"extra":1}`, id, org, rule)},
+			// Go's encoding/json would take each of these for the field: never billing.
+			{name: "an id beside its upper-case twin", body: fmt.Sprintf(`{"id":%q,"ID":%q,"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, uuid.New(), org, rule),
+				edit: func(r *http.Request) { r.Header.Set("Idempotency-Key", id.String()) }},
+			{name: "a type beside a Type", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","Type":"RuleDeactivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "a Type instead of type", body: fmt.Sprintf(`{"id":%q,"Type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "an occurredat beside occurredAt", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"occurredat":2,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
+			{name: "a Payload instead of payload", body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","occurredAt":1,"Payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
 			{name: "a missing id", body: fmt.Sprintf(`{"type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
 			{name: "an id that is not a UUID", body: fmt.Sprintf(`{"id":"42","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, org, rule)},
 			{name: "a braced UUID id", body: fmt.Sprintf(`{"id":"{%s}","type":"RuleActivated","occurredAt":1,"payload":{"orgId":%q,"ruleId":%q}}`, id, org, rule)},
@@ -379,6 +385,19 @@ func TestDeliverRejected(t *testing.T) {
 			rec := b.deliver(t, env(`{"orgId":"`+org.String()+`","ruleId":"`+rule.String()+`","name":"later field"}`))
 			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 			require.EqualValues(t, 1, *b.activeRules(t, org))
+		})
+
+		t.Run("unknown envelope fields are ignored, as the envelope grows: the event applies once", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, freshDB(t, d))
+			body := fmt.Sprintf(`{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","id":%q,"type":"RuleActivated",`+
+				`"occurredAt":1767225600000,"payload":{"orgId":%q,"ruleId":%q},"source":{"service":"labeling","version":[2,1]}}`, id, org, rule)
+			for range 3 {
+				rec := b.deliver(t, body)
+				require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			}
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+			require.Equal(t, 1, b.count(t, "billing_receipts"))
 		})
 
 		t.Run("a delivery without Idempotency-Key is keyed by its body id", func(t *testing.T) {

@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,9 +66,27 @@ func TestHandleNATS(t *testing.T) {
 			require.Zero(t, b.count(t, "billing_nats_failed"))
 		})
 
+		t.Run("applies a message with unknown envelope fields once, as the envelope grows", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, freshDB(t, d))
+			handle := b.handler(t, 0)
+			org := uuid.New()
+			ev := newEvent(billing.RuleActivated, org)
+			body := strings.Replace(ev.body(), `{`, `{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","source":{"v":2},`, 1)
+			for range 3 {
+				require.NoError(t, handle(context.Background(), natsMsg(1, ev.ID, body)))
+			}
+			require.EqualValues(t, 1, *b.activeRules(t, org))
+			require.True(t, b.hasReceipt(t, ev.ID))
+			require.Zero(t, b.count(t, "billing_nats_failed"))
+		})
+
 		bad := map[string]stream.Message{
-			"malformed JSON":               natsMsg(7, "", `{"id":`),
-			"unknown envelope field":       natsMsg(8, "", `{"id":"x","extra":1}`),
+			"malformed JSON": natsMsg(7, "", `{"id":`),
+			"an envelope field in another case beside it": natsMsg(8, "", strings.Replace(
+				newEvent(billing.RuleActivated, uuid.New()).body(), `"type"`, `"Type":"RuleDeactivated","type"`, 1)),
+			"an envelope field in another case instead of it": natsMsg(11, "", strings.Replace(
+				newEvent(billing.RuleActivated, uuid.New()).body(), `"id"`, `"Id"`, 1)),
 			"invalid payload":              natsMsg(9, "", `{"id":"`+uuid.NewString()+`","type":"RuleActivated","occurredAt":1,"payload":{"orgId":"nope","ruleId":"nope"}}`),
 			"msg id other than the body's": natsMsg(10, uuid.NewString(), newEvent(billing.RuleActivated, uuid.New()).body()),
 		}

@@ -44,6 +44,8 @@ func TestRequestsAsStrictAsTheSpec(t *testing.T) {
 				body: fmt.Sprintf(`{"ID":%q,"TYPE":"RuleActivated","OccurredAt":1,"Payload":{"ORGID":%q,"RuleId":%q}}`, fresh(), org, rule)},
 			{name: "envelope names in another case around a right payload", status: 400,
 				body: fmt.Sprintf(`{"ID":%q,"Type":"RuleActivated","OCCURREDAT":1,"Payload":%s}`, fresh(), payload)},
+			{name: "an envelope name in another case beside it", status: 400, prose: true,
+				body: fmt.Sprintf(`{"id":%q,"type":"RuleActivated","TYPE":"RuleDeactivated","occurredAt":1,"payload":%s}`, fresh(), payload)},
 			{name: "payload names in another case", status: 400,
 				body: envelope(fresh(), "RuleActivated", "1", fmt.Sprintf(`{"ORGID":%q,"ruleId":%q}`, org, rule))},
 			{name: "a duplicate envelope key", status: 400, prose: true,
@@ -74,6 +76,7 @@ func TestRequestsAsStrictAsTheSpec(t *testing.T) {
 			{name: "the nil UUID as the quota's org", path: "/v1/orgs/" + nilID + "/quota", status: 400},
 			// What the spec allows is answered as it says.
 			{name: "application/json with a charset", body: good(), contentType: "application/json; charset=utf-8", status: 204},
+			{name: "an unknown envelope field", body: strings.Replace(good(), `{`, `{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",`, 1), status: 204},
 			{name: "the quota of an org never seen", path: "/v1/orgs/" + uuid.NewString() + "/quota", status: 200},
 		}
 		for _, tc := range cases {

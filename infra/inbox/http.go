@@ -51,7 +51,7 @@ func (in *Intake[V]) Deliver(c echo.Context) error {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="`+ib.c.Name+`"`)
 		return err
 	}
-	var env wire.Envelope
+	var env wire.Received
 	if err := web.CheckQuery(c); err != nil {
 		ib.countEvent(TypeOther, OutcomeRejected)
 		return err
@@ -75,7 +75,7 @@ func (in *Intake[V]) Deliver(c echo.Context) error {
 	}
 	e, err := ib.Decode(id, typ, *env.OccurredAt, env.Payload)
 	if err != nil {
-		ib.countDecodeFailure(typ, err)
+		ib.decodeFailed(c.Request().Context(), id, typ, err)
 		return err
 	}
 	applied, err := ib.Apply(c.Request().Context(), e)

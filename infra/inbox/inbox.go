@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -356,7 +357,7 @@ func (ib *Inbox[V]) Decode(id uuid.UUID, typ string, occurredAt int64, payload j
 }
 
 // decode checks a delivery's envelope, then Decodes it.
-func (ib *Inbox[V]) decode(env wire.Envelope) (Event[V], error) {
+func (ib *Inbox[V]) decode(env wire.Received) (Event[V], error) {
 	id, typ, err := env.Header()
 	if err != nil {
 		return Event[V]{}, err
@@ -371,8 +372,13 @@ func (ib *Inbox[V]) Handles(typ string) bool {
 }
 
 func (ib *Inbox[V]) notHandled(typ string) error {
-	return fault.Errorf(fault.NotImplemented, "event type %q is not handled by %s", wire.Clip(typ, 64), ib.c.Name)
+	return fault.Errorf(fault.NotImplemented, "event type %s is not handled by %s", quotedType(typ), ib.c.Name)
 }
+
+// quotedType is an untrusted type name as a message or a log line shows it:
+// at most 64 characters, Go-quoted, so that no control, format or invalid
+// byte of it reaches an answer or a log unescaped.
+func quotedType(typ string) string { return strconv.Quote(wire.Clip(typ, 64)) }
 
 // Apply applies e once, however often it is delivered. In ONE transaction it
 // inserts e's receipt and, only if the receipt is new, runs the consumer's

@@ -1,8 +1,13 @@
 package inbox
 
 import (
+	"context"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/google/uuid"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,9 +25,26 @@ const (
 	OutcomeFailed         = "failed"          // database unavailable or a defect; the sender retries (5xx)
 )
 
-// TypeOther is the type label of any type without a handler, so that a sender
-// cannot grow the label set.
+// TypeOther is the type label of a delivery whose type is not named: a
+// malformed envelope, or a type without a handler whose name is not
+// well-formed (WellFormedType) or came after MaxTypeLabels others.
 const TypeOther = "other"
+
+// MaxTypeLabels bounds the type labels of types without a handler: the
+// first MaxTypeLabels well-formed names a consumer's series meet in a process
+// are each counted under their own label (an operator sees which type a
+// deploy is missing); any later one under TypeOther, so that a sender cannot
+// grow the label set past the consumer's own types plus MaxTypeLabels + 1.
+const MaxTypeLabels = 32
+
+// typeName is a well-formed type name: a letter, then up to 63 letters,
+// digits, '_', '.' or '-'.
+var typeName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+
+// WellFormedType reports whether typ is a well-formed type name, one a
+// metric may carry as its label: a letter, then up to 63 letters, digits,
+// '_', '.' or '-'.
+func WellFormedType(typ string) bool { return typeName.MatchString(typ) }
 
 // metrics are one consumer's series, named after it (billing_events_total, …).
 type metrics struct {
@@ -32,6 +54,9 @@ type metrics struct {
 	waiting           prometheus.Gauge
 	signatureRejects  prometheus.Counter
 	failedDropped     prometheus.Counter
+
+	mu        sync.Mutex
+	unhandled map[string]bool // the labels given to types without a handler, at most MaxTypeLabels
 }
 
 var (
@@ -48,9 +73,10 @@ func metricsOf(name, natsFailed string) *metrics {
 		return m
 	}
 	m := &metrics{
+		unhandled: map[string]bool{},
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name + "_events_total",
-			Help: "Authorized event deliveries, by event type (a type " + name + " has a handler for, or other) and outcome (applied, already_applied, rejected, unknown_type, failed).",
+			Help: "Authorized event deliveries, by event type (a type " + name + " has a handler for; a well-formed type without one, up to " + strconv.Itoa(MaxTypeLabels) + " such names; or other) and outcome (applied, already_applied, rejected, unknown_type, failed).",
 		}, []string{"type", "outcome"}),
 		contentionRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: name + "_apply_contention_retries_total",
@@ -82,16 +108,38 @@ func metricsOf(name, natsFailed string) *metrics {
 // countEvent counts one delivery of typ with outcome.
 func (ib *Inbox[V]) countEvent(typ, outcome string) {
 	if !ib.Handles(typ) {
-		typ = TypeOther
+		typ = ib.m.unhandledLabel(typ)
 	}
 	ib.m.events.WithLabelValues(typ, outcome).Inc()
 }
 
-// countDecodeFailure counts a delivery Decode refused: a type without a
-// handler, or a payload its handler refused.
-func (ib *Inbox[V]) countDecodeFailure(typ string, err error) {
+// unhandledLabel is the label of typ, a type without a handler: its name
+// when well-formed and among the first MaxTypeLabels such names, else
+// TypeOther.
+func (m *metrics) unhandledLabel(typ string) string {
+	if typ == TypeOther || !WellFormedType(typ) {
+		return TypeOther
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unhandled[typ] {
+		return typ
+	}
+	if len(m.unhandled) >= MaxTypeLabels {
+		return TypeOther
+	}
+	m.unhandled[typ] = true
+	return typ
+}
+
+// decodeFailed counts a delivery Decode refused: a type without a handler,
+// which it also logs with the type's name (quotedType), or a payload its
+// handler refused.
+func (ib *Inbox[V]) decodeFailed(ctx context.Context, id uuid.UUID, typ string, err error) {
 	if fault.CodeOf(err) == fault.NotImplemented {
 		ib.countEvent(typ, OutcomeUnknownType)
+		ib.logger.WarnContext(ctx, "event type not handled: deploy a "+ib.c.Name+" that has its handler",
+			"consumer", ib.c.Name, "type", quotedType(typ), "event_id", id.String())
 		return
 	}
 	ib.countEvent(typ, OutcomeRejected)

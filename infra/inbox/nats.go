@@ -116,20 +116,22 @@ func (s *Inbox[V]) natsHandler(cfg NATSConfig, onVerify func()) (stream.Handler,
 
 // handleNATS applies a message whose signature verified.
 func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
-	var env wire.Envelope
-	// The same rules as the HTTP intake (web.Unmarshal): exact names, no
-	// duplicate, valid UTF-8, no NUL, one value.
+	var env wire.Received
+	// The same rules as the HTTP intake (web.Unmarshal into wire.Received):
+	// exact names, an unknown top-level member ignored but a field's name in
+	// another case refused, no duplicate, valid UTF-8, no NUL, one value.
 	if err := web.Unmarshal(m.Data, &env); err != nil {
 		s.countEvent(TypeOther, OutcomeRejected)
 		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error(), true)
 	}
-	e, err := s.decode(env)
+	id, typ, err := env.Header()
 	if err != nil {
-		typ := TypeOther
-		if env.Type != nil {
-			typ = *env.Type
-		}
-		s.countDecodeFailure(typ, err)
+		s.countEvent(TypeOther, OutcomeRejected)
+		return s.deadLetter(ctx, m, err.Error(), true)
+	}
+	e, err := s.Decode(id, typ, *env.OccurredAt, env.Payload)
+	if err != nil {
+		s.decodeFailed(ctx, id, typ, err)
 		if fault.CodeOf(err) == fault.NotImplemented {
 			// Naked with a growing delay, so that a billing deployed with the
 			// handler later applies it, until cfg.MaxDeliveries records it.

@@ -207,7 +207,7 @@ func (s *Inbox[V]) replayCheck(keys [][]byte, f NATSFailed) (e Event[V], class, 
 	if err := stream.VerifyAny(keys, f.Subject, f.MsgID, f.Payload, *f.Signature); err != nil {
 		return e, StayedSignature, err.Error()
 	}
-	var env wire.Envelope
+	var env wire.Received
 	if err := web.Unmarshal(f.Payload, &env); err != nil {
 		return e, StayedNotApplicable, "body is not a valid event envelope: " + err.Error()
 	}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 
 	"github.com/acme/outboxpair/infra/fault"
@@ -22,10 +23,12 @@ import (
 
 // Envelope is the delivery body of contract section 4:
 // {"id","type","occurredAt","payload"}. The fields are pointers so that a
-// decoder tells a missing field from a zero one; New fills them all. The
-// envelope is decoded strictly (an unknown field is refused by the decoder,
-// infra/web's); the payload is the producer's event, which evolves
-// additively, and is left to the handler of its type.
+// decoder tells a missing field from a zero one; New fills them all. A
+// consumer decodes it as a Received, which ignores a top-level member the
+// envelope does not define (a producer may add one before every consumer
+// knows it) but refuses one that names a field in another letter case; the
+// payload is the producer's event, which evolves additively, and is left to
+// the handler of its type.
 type Envelope struct {
 	ID         *string         `json:"id"`
 	Type       *string         `json:"type"`
@@ -63,6 +66,38 @@ func (env Envelope) Header() (uuid.UUID, string, error) {
 		return uuid.Nil, "", fault.Errorf(fault.Invalid, "payload must be a JSON object")
 	}
 	return id, *env.Type, nil
+}
+
+// Received is an envelope as a consumer decodes it (infra/inbox, with
+// infra/web's strict decoder: exact names, no duplicate, valid UTF-8, no
+// NUL): the Envelope's fields, and Unknown, the top-level members it does
+// not define, which the decoder keeps there instead of refusing them. Its
+// Header ignores them, so the envelope can grow as the payload does, except
+// a member whose name is a field's in another letter case ("ID", "Type"):
+// that is refused, never taken for the field nor ignored beside it, because
+// a decoder that matches names case-insensitively (Go's encoding/json)
+// would read it as the field.
+type Received struct {
+	Envelope                           // embedded: its members are Received's
+	Unknown  map[string]jsontext.Value `json:",embed"` // the fallback of every other member
+}
+
+// fieldNames are the envelope's members, as Envelope's tags spell them.
+var fieldNames = []string{"id", "type", "occurredAt", "payload"}
+
+// Header is Envelope.Header, refusing first, with a fault.Invalid, a
+// member that names an envelope field in another letter case; any other
+// unknown member is ignored.
+func (r Received) Header() (uuid.UUID, string, error) {
+	for name := range r.Unknown {
+		for _, field := range fieldNames {
+			if strings.EqualFold(name, field) {
+				return uuid.Nil, "", fault.Errorf(fault.Invalid,
+					"body: field %q is not %q: envelope names match exactly, in their letter case", Clip(name, 64), field)
+			}
+		}
+	}
+	return r.Envelope.Header()
 }
 
 func isObject(raw json.RawMessage) bool {
