@@ -117,4 +117,31 @@ func TestCatchUp(t *testing.T) {
 			}
 		})
 	})
+
+	t.Run("a change before the catch-up takes version 1 and the org is skipped; a change after it takes version 2", func(t *testing.T) {
+		t.Parallel()
+		dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+			db := dbtest.New(t, d, migrations.Billing)
+			b := setup(t, db)
+			before, after := uuid.New(), uuid.New()
+			upgraded(t, db, before, 3, 0)
+			upgraded(t, db, after, 5, 0)
+			first := changeOf(before, 1)
+			_, err := b.svc.Apply(t.Context(), first)
+			require.NoError(t, err)
+
+			appended, err := billing.CatchUp(t.Context(), db.DB, billing.CatchUpBatch, nil)
+			require.NoError(t, err)
+			require.Equal(t, 1, appended, "the org changed since the upgrade has its row already")
+			next := changeOf(after, -1)
+			_, err = b.svc.Apply(t.Context(), next)
+			require.NoError(t, err)
+
+			requireRows(t, b.outboxRows(t), []billing.QuotaChanged{
+				quotaChanged(before, 4, 1, first),
+				{OrgID: after, ActiveRules: 5, Version: 1},
+				quotaChanged(after, 4, 2, next),
+			})
+		})
+	})
 }
