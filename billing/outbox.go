@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/acme/outboxpair/infra/outbox"
-	"github.com/acme/outboxpair/infra/sqlite"
 )
 
 // OutboxTable is billing's own outbox (contract sections 2 and 10): a
@@ -33,7 +32,7 @@ const OutboxTable = "billing_outbox_events"
 type QuotaChanged struct {
 	OrgID         uuid.UUID `json:"orgId"`
 	ActiveRules   int64     `json:"activeRules"`
-	SourceEventID uuid.UUID `json:"sourceEventId"`
+	SourceEventID uuid.UUID `json:"sourceEventId,omitzero"` // absent on a catch-up's row (CatchUp)
 	Version       int64     `json:"version"`
 }
 
@@ -43,11 +42,12 @@ const QuotaChangedTag = "QuotaChanged"
 // EventTag is "QuotaChanged".
 func (QuotaChanged) EventTag() string { return QuotaChangedTag }
 
-// Validate refuses a payload without its org or its source event: the relay
+// Validate refuses a payload without its org, or without its source event
+// unless it is a catch-up's row (version 1, no source: CatchUp): the relay
 // dead-letters such a row without calling the provider.
 func (q QuotaChanged) Validate() error {
-	if q.OrgID == uuid.Nil || q.SourceEventID == uuid.Nil {
-		return errors.New("orgId and sourceEventId are required")
+	if q.OrgID == uuid.Nil || (q.SourceEventID == uuid.Nil && q.Version != 1) {
+		return errors.New("orgId and sourceEventId are required (sourceEventId may be absent only at version 1, a catch-up's row)")
 	}
 	return nil
 }
@@ -123,8 +123,9 @@ func quotaChanges(applied []Event, final map[uuid.UUID]orgCount) []QuotaChanged 
 }
 
 // appendQuotaChanges appends a QuotaChanged row for each change in tx through
-// store (billing_outbox_events on SQLite), created at now.
-func appendQuotaChanges(ctx context.Context, store outbox.Appender[sqlite.Tx], tx sqlite.Tx, changes []QuotaChanged, now int64) error {
+// store (billing_outbox_events), each as outbox.Append writes one (a fresh
+// UUIDv7, created and available at now).
+func appendQuotaChanges[TX any](ctx context.Context, store outbox.Appender[TX], tx TX, changes []QuotaChanged, now int64) error {
 	for _, c := range changes {
 		payload, err := json.Marshal(c)
 		if err != nil {

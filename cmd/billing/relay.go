@@ -21,7 +21,8 @@ import (
 // billing_outbox_events and the retention of its processed rows
 // (OUTBOX_PROCESSED_RETENTION), and, when PROVIDER_URL is set, the relay
 // (the OUTBOX_* settings, as labeling's) whose one subscriber calls the
-// provider (infra/webhook) for each QuotaChanged row; the relay is also the
+// provider (infra/webhook) for each QuotaChanged row, and the catch-up of
+// the orgs never told to the provider (catchUp); the relay is also the
 // outbox.Nudger the Service wakes after each apply that appended a row.
 // PROVIDER_URL unset: no relay, and no QuotaChanged row is appended
 // (billing.NoProvider), so the table cannot grow without bound; the rows
@@ -56,9 +57,9 @@ func providerRelay(cfg config.Billing) fx.Option {
 			}),
 		)
 	}
-	relay := outbox.Module
+	relay := stopbudget.Module(outbox.StopShare, outbox.Components, catchUp)
 	if cfg.NATS.URL != "" {
-		relay = stopbudget.Part(stream.ConsumerStopShare.Name, outbox.Components)
+		relay = stopbudget.Part(stream.ConsumerStopShare.Name, outbox.Components, catchUp)
 	}
 	return fx.Options(store,
 		fx.Supply(cfg.Relay),
@@ -76,6 +77,19 @@ func providerRelay(cfg config.Billing) fx.Option {
 		relay,
 	)
 }
+
+// catchUp runs billing.CatchUp in the background from the app's start (the
+// migrations are done by then), so that an org whose count a billing older
+// than migration 00006 applied, never told to the provider, gets its
+// QuotaChanged row; the relay is nudged after each batch. It stops (cancelled,
+// then awaited) within the relay's share, before the relay.
+var catchUp = fx.Invoke(func(lc fx.Lifecycle, db sqldb.DB, nudger outbox.Nudger, logger *slog.Logger) {
+	var stop func()
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error { stop = billing.RunCatchUp(db, nudger, logger); return nil },
+		OnStop:  func(context.Context) error { stop(); return nil },
+	})
+})
 
 // backlogGauges registers the backlog gauges of billing's outbox
 // (outbox.NewBacklogCollector) for the app's lifetime when no relay runs (the
