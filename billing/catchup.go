@@ -109,17 +109,9 @@ var catchUpBatches = database.Dialects[catchUpBatch]{
 					return err
 				}
 				defer rows.Close()
-				for rows.Next() {
-					c := QuotaChanged{Version: 1}
-					if err := rows.Scan(&c.OrgID, &c.ActiveRules); err != nil {
-						return err
-					}
-					out = append(out, c)
-				}
-				if err := rows.Err(); err != nil {
+				if out, err = caughtUp(rows); err != nil {
 					return err
 				}
-				sortByOrg(out)
 				return appendQuotaChanges(ctx, store, tx, out, now)
 			})
 			return out, err
@@ -140,17 +132,9 @@ var catchUpBatches = database.Dialects[catchUpBatch]{
 					return err
 				}
 				defer rows.Close()
-				for rows.Next() {
-					c := QuotaChanged{Version: 1}
-					if err := rows.Scan(&c.OrgID, &c.ActiveRules); err != nil {
-						return err
-					}
-					out = append(out, c)
-				}
-				if err := rows.Err(); err != nil {
+				if out, err = caughtUp(rows); err != nil {
 					return err
 				}
-				sortByOrg(out)
 				return appendQuotaChanges(ctx, store, tx, out, now)
 			})
 			return out, err
@@ -161,4 +145,29 @@ var catchUpBatches = database.Dialects[catchUpBatch]{
 // sortByOrg sorts changes by org id, the keyset's order.
 func sortByOrg(changes []QuotaChanged) {
 	slices.SortFunc(changes, func(a, b QuotaChanged) int { return bytes.Compare(a.OrgID[:], b.OrgID[:]) })
+}
+
+// resultRows is what caughtUp reads of either dialect's rows.
+type resultRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// caughtUp reads the (org_id, active_rules) rows a catch-up batch's UPDATE
+// returned as their QuotaChanged, version 1, in org id order.
+func caughtUp(rows resultRows) ([]QuotaChanged, error) {
+	var out []QuotaChanged
+	for rows.Next() {
+		c := QuotaChanged{Version: 1}
+		if err := rows.Scan(&c.OrgID, &c.ActiveRules); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sortByOrg(out)
+	return out, nil
 }
