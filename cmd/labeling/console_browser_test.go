@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -124,7 +125,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(profileDir(t)),
 		chromedp.WindowSize(viewportW, viewportH),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -298,4 +299,30 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, secret.String(), link)
 		require.Equal(t, 1, stillFailed())
 	})
+}
+
+// profileDir is a fresh Chromium profile folder, removed when the test ends.
+// Not t.TempDir: Chromium's helper processes may still write into the profile
+// for a moment after the browser has been stopped, and TempDir's single
+// RemoveAll then fails the test ("directory not empty", once in CI); this
+// cleanup tries again until the folder is gone, within 10s.
+func profileDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "console-browser-profile-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("remove the browser profile %s: %v", dir, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
 }
