@@ -98,7 +98,16 @@ func TestRelayDeadLettersClaimsThatNeverSettle(t *testing.T) {
 		// Every claim "dies": its handler never returns until the test ends, and
 		// the lease is made to run out as if the process had been killed.
 		stuck, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
+		// The stuck RunOnce calls end when the test does, and log through t
+		// as they settle: wait for them before t is done (a data race
+		// otherwise, once in CI).
+		var running []<-chan error
+		t.Cleanup(func() {
+			cancel()
+			for _, done := range running {
+				<-done
+			}
+		})
 		var calls int
 		for attempt := 1; attempt <= cfg.MaxAttempts; attempt++ {
 			entered := make(chan struct{})
@@ -108,7 +117,7 @@ func TestRelayDeadLettersClaimsThatNeverSettle(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			}))
-			runBlocked(t, r, stuck, entered)
+			running = append(running, runBlocked(t, r, stuck, entered))
 			require.Equal(t, attempt, getRow(t, db, id).Attempts)
 			exec(t, db, `UPDATE outbox_events SET claimed_until = $2 WHERE id = $1`, id, time.Now().Add(-time.Second).UnixMilli())
 		}
