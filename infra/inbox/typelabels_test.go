@@ -1,7 +1,6 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,26 +21,9 @@ import (
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/migrations"
 )
-
-// logBuffer is a log sink safe for the handler's concurrent writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // unknownTypes reads NAME_events_total{outcome="unknown_type"}, by type label.
 func unknownTypes(t testing.TB, name string) map[string]float64 {
@@ -76,7 +57,7 @@ func TestUnhandledTypeLabels(t *testing.T) {
 			name := "ledger_types_" + string(d)
 			db := dbtest.New(t, d, migrations.Billing)
 			ledgerTables(t, db)
-			var logs logBuffer
+			var logs proctest.Buffer
 			ib := inbox.New(db.DB, slog.New(slog.NewJSONHandler(&logs, nil)), ledger(name))
 			in, err := inbox.NewIntake(ib, inboxtest.Token, "")
 			require.NoError(t, err)

@@ -1,11 +1,9 @@
 package stream_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
-
-// syncBuffer is a log sink the client's callbacks write to from their own
-// goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A token given as NATS_URL's user is a credential: the client library's own
 // redaction hides only a password, so the "nats connected" line must quote the
@@ -47,7 +27,7 @@ func TestConnectedLineQuotesNoCredential(t *testing.T) {
 	require.True(t, s.ReadyForConnections(10*time.Second), "nats server ready")
 	t.Cleanup(s.Shutdown)
 
-	var logs syncBuffer
+	var logs proctest.Buffer
 	cfg := publisherConfig(strings.Replace(s.ClientURL(), "nats://", "nats://"+token+"@", 1))
 	p, err := stream.NewPublisher(cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
 	require.NoError(t, err)
