@@ -11,7 +11,7 @@ import (
 )
 
 // The failed list and a row's page say whose delivery a row is: billing's
-// (subscriber ”), or a subscriber's of SUBSCRIBERS.
+// (the default subscriber, column ""), or a subscriber's of SUBSCRIBERS.
 func TestConsoleShowsTheSubscriber(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
