@@ -422,7 +422,7 @@ func composeChecks(t *testing.T, variant string, files []string) {
 		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			vars := binaries[bin].vars
-			set := map[string]bool{} // NATS_CONSUMER_billing_TYPES sets NATS_CONSUMER_<N>_TYPES
+			set := map[string]bool{} // NATS_CONSUMER_BILLING_TYPES sets NATS_CONSUMER_<NAME>_TYPES
 			for name := range svc.Environment {
 				require.Contains(t, vars, config.Declared(name), "%s sets %s, which %s does not read (renamed?)", svc.Name, name, bin)
 				set[config.Declared(name)] = true

@@ -21,7 +21,7 @@ func lookedUp(read func(config.Lookup), envs ...map[string]string) []string {
 	seen := map[string]bool{}
 	for _, e := range envs {
 		read(func(name string) (string, bool) {
-			seen[config.Declared(name)] = true // NATS_CONSUMER_billing_TYPES is NATS_CONSUMER_<N>_TYPES
+			seen[config.Declared(name)] = true // NATS_CONSUMER_BILLING_TYPES is NATS_CONSUMER_<NAME>_TYPES
 			v, ok := e[name]
 			return v, ok
 		})
@@ -104,7 +104,7 @@ func TestVarsAreWhatTheServicesLookUp(t *testing.T) {
 }
 
 // envVar is how a variable's name looks in a usage text.
-var envVar = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<N>))+\b`)
+var envVar = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<NAME>))+\b`)
 
 func TestServiceUsage(t *testing.T) {
 	t.Parallel()
