@@ -44,7 +44,7 @@ func TestContractSubscriberVariables(t *testing.T) {
 		require.NoError(t, binaries["labeling"].load(lookupOf(env)))
 		for name := range env {
 			if strings.HasPrefix(name, "SUBSCRIBER_") {
-				require.Contains(t, templates, config.VarOf(name))
+				require.Contains(t, templates, config.Declared(name))
 			}
 		}
 	})

@@ -94,10 +94,10 @@ func TestLoadLabelingSubscribers(t *testing.T) {
 		require.Contains(t, err.Error(), "EVENTS_TRANSPORT=nats")
 	})
 
-	t.Run("VarOf maps each subscriber's variable to its declared template", func(t *testing.T) {
+	t.Run("Declared maps each subscriber's variable to its declared template", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, "SUBSCRIBER_<NAME>_TOKEN", config.VarOf(config.SubscriberVar("ledger_2", "TOKEN")))
-		require.Equal(t, "SUBSCRIBERS", config.VarOf("SUBSCRIBERS"))
+		require.Equal(t, "SUBSCRIBER_<NAME>_TOKEN", config.Declared(config.SubscriberVar("ledger_2", "TOKEN")))
+		require.Equal(t, "SUBSCRIBERS", config.Declared("SUBSCRIBERS"))
 		require.Contains(t, config.LabelingVars, "SUBSCRIBER_<NAME>_TYPES")
 		require.NotContains(t, config.BillingVars, "SUBSCRIBERS")
 	})

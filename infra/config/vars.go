@@ -1,7 +1,6 @@
 package config
 
 import (
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -97,6 +96,7 @@ var Vars = []Var{
 	{Name: "NATS_REPLICAS", Services: LabelingService},
 	{Name: "NATS_DUPLICATE_WINDOW", Services: LabelingService},
 	{Name: "NATS_CONSUMERS", Services: LabelingService},
+	{Name: "NATS_CONSUMER_<NAME>_TYPES", Services: LabelingService, Note: "NAME a durable of NATS_CONSUMERS, in capitals"},
 	{Name: "NATS_ACK_WAIT", Services: BillingService},
 	{Name: "NATS_MAX_DELIVERIES", Services: BillingService},
 	{Name: "NATS_FAILED_MAX_ROWS", Services: BillingService},
@@ -115,21 +115,9 @@ var Vars = []Var{
 	{Name: "OTEL_SERVICE_NAME", Services: bothServices, Reader: ReadBySDK},
 }
 
-// VarOf is the declared name of a variable a service looks up: name itself,
-// or the template of a family of variables named after a value of another
-// (SUBSCRIBER_LEDGER_URL → SUBSCRIBER_<NAME>_URL, a name of SUBSCRIBERS).
-// A template (a name with <NAME>) is never set as such: deployment files set
-// its instances, or none.
-func VarOf(name string) string {
-	if m := subscriberVar.FindStringSubmatch(name); m != nil {
-		return "SUBSCRIBER_<NAME>_" + m[1]
-	}
-	return name
-}
-
-var subscriberVar = regexp.MustCompile(`^SUBSCRIBER_[A-Z][A-Z0-9_]*_(URL|TOKEN|TYPES)$`)
-
-// IsTemplate reports whether a declared name is a template (VarOf).
+// IsTemplate reports whether a declared name is a template (Declared): a
+// family of variables named after a value of another (SUBSCRIBER_<NAME>_URL,
+// a name of SUBSCRIBERS), never set as such.
 func IsTemplate(name string) bool { return strings.Contains(name, "<NAME>") }
 
 // LabelingVars and BillingVars name every variable each service reads but the

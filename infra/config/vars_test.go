@@ -21,7 +21,7 @@ func lookedUp(read func(config.Lookup), envs ...map[string]string) []string {
 	seen := map[string]bool{}
 	for _, e := range envs {
 		read(func(name string) (string, bool) {
-			seen[config.VarOf(name)] = true
+			seen[config.Declared(name)] = true // NATS_CONSUMER_BILLING_TYPES is NATS_CONSUMER_<NAME>_TYPES
 			v, ok := e[name]
 			return v, ok
 		})

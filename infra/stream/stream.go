@@ -9,6 +9,8 @@
 // Consumers (Billing first, any other team beside it) read the stream with
 // durable pull consumers and explicit acks, verify the signature (Verify), and
 // ack only after their own commit; a redelivery is theirs to absorb, by a receipt.
+// Each durable filters the subjects of the types its consumer handles (Filter),
+// so the stream neither delivers nor keeps for it a type it does not handle.
 //
 // Neither side needs NATS at start-up: connections retry for ever in the
 // background, the stream and the consumers are created or updated by background
@@ -195,6 +197,7 @@ const (
 	ConsumeAcked      = "acked"      // handled and acked
 	ConsumeNaked      = "naked"      // a transient failure: redelivered after a delay
 	ConsumeTerminated = "terminated" // no retry can help: recorded by the handler, never redelivered
+	ConsumeSkipped    = "skipped"    // a type the consumer does not handle, its durable taking it anyway: acked unhandled
 )
 
 var (
@@ -204,7 +207,7 @@ var (
 	}, []string{"outcome"})
 	consumed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nats_consumed_total",
-		Help: "JetStream messages handled by a durable consumer, by consumer and outcome (acked, naked, terminated).",
+		Help: "JetStream messages handled by a durable consumer, by consumer and outcome (acked, naked, terminated, skipped: a type it does not handle, acked unhandled).",
 	}, []string{"consumer", "outcome"})
 )
 
