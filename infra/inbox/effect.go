@@ -8,7 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/postgres"
+	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 )
 
@@ -120,4 +122,17 @@ func sqliteFunc[V any](fn EffectFunc[V]) func(context.Context, sqlite.Tx, []Even
 	return func(ctx context.Context, tx sqlite.Tx, fresh []Event[V], now int64) error {
 		return fn(ctx, sqliteTx{tx}, fresh, time.UnixMilli(now))
 	}
+}
+
+// Read runs fn in a read-only transaction of db, on either dialect: a
+// consumer's reads of its own tables, in the same SQL as its EffectFunc.
+func Read(ctx context.Context, db sqldb.DB, fn func(tx Tx) error) error {
+	return database.Pick(db, database.Dialects[error]{
+		Postgres: func(d *postgres.DB) error {
+			return d.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx postgres.Tx) error { return fn(pgTx{tx}) })
+		},
+		SQLite: func(d *sqlite.DB) error {
+			return d.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error { return fn(sqliteTx{tx}) })
+		},
+	})
 }
