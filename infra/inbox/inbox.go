@@ -491,10 +491,11 @@ func (ib *Inbox[V]) committed(events []Event[V], fresh map[uuid.UUID]bool) {
 }
 
 // beforeCommit is the point between the writes and the commit; nil when the
-// build has no failpoints (then PostgreSQL runs the one statement on the pool,
-// without BEGIN and COMMIT around it).
+// build has no failpoints or FAILPOINTS does not arm it (then PostgreSQL's
+// fast path runs the one statement on the pool, without BEGIN and COMMIT
+// around it, in a failpoints build as in a normal one).
 func (ib *Inbox[V]) beforeCommit() func() error {
-	if !failpoint.Enabled || ib.c.Failpoints.BeforeCommit == "" {
+	if !failpoint.Enabled || ib.c.Failpoints.BeforeCommit == "" || !failpoint.Armed(ib.c.Failpoints.BeforeCommit) {
 		return nil
 	}
 	return func() error { return failpoint.Inject(ib.c.Failpoints.BeforeCommit) }

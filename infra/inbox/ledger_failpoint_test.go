@@ -18,8 +18,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/example/ledger"
+	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"

@@ -33,7 +33,9 @@ import (
 type entry = ledger.Entry
 
 // org is the org a test names: a fixed id per name.
-func org(name string) uuid.UUID { return uuid.NewSHA1(uuid.NameSpaceOID, []byte("ledger-test-org-"+name)) }
+func org(name string) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("ledger-test-org-"+name))
+}
 
 // ledgerConsumer is the example's consumer with metrics named name (each
 // test its own, so that parallel tests do not share series).
