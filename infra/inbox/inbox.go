@@ -4,15 +4,15 @@
 // The guarantee: an event's effect commits in the same transaction as its
 // receipt, keyed by the event id, or neither commits. The inbox inserts the
 // receipts first and hands the slice's effect only the events whose receipt
-// is new, inside that transaction (on PostgreSQL as part of the one statement
-// that inserts the receipts, on SQLite through the transaction's executor), so
-// a redelivery finds its receipt and applies nothing, and a crash or an error
-// at any point before the commit leaves neither the receipt nor the effect.
-// An effect is never given a way to run outside the transaction: it is a
-// statement the inbox embeds, or a function of the transaction's executor.
+// is new, inside that transaction, so a redelivery finds its receipt and
+// applies nothing, and a crash or an error at any point before the commit
+// leaves neither the receipt nor the effect. An effect is never given a way
+// to run outside the transaction: it is a Go function of the transaction
+// (EffectFunc, the same on both dialects), or, on PostgreSQL's fast path, a
+// statement the inbox embeds in the one statement that inserts the receipts.
 //
 // A slice brings a Consumer: its handlers (event type → decoded value), its
-// effect per dialect on its own tables, its receipts table and its NATS
+// effect on its own tables, its receipts table and its NATS
 // dead-letter table. The inbox brings the rest, written once for both
 // dialects: group apply (concurrent deliveries in one transaction), the
 // contention retry, the HTTP intake (Intake), the NATS JetStream handler with
@@ -131,18 +131,33 @@ func decodeProblem(err error) string {
 	return "not the JSON object its handler reads"
 }
 
-// Effect is a consumer's effect on its own tables, one per dialect. The inbox
-// runs it in the transaction that inserts the receipts, only for the events
-// whose receipt is new there, and commits both together.
+// Effect is a consumer's effect on its own tables. The inbox runs it in the
+// transaction that inserts the receipts, only for the events whose receipt
+// is new there, and commits both together.
+//
+// Func is the effect most consumers give: one Go function for both dialects.
+// Postgres and SQLite, when given, take its place on their dialect: Postgres
+// is the opt-in fast path (the effect as part of the inbox's one statement:
+// one round trip per group, for a consumer whose drain the measures show
+// bound by round trips, as billing's); SQLite is a function of SQLite's own
+// executor, for SQL that differs there.
 type Effect[V any] struct {
-	// Postgres is the effect as part of the inbox's one statement.
+	// Func is called in the transaction after the receipts are inserted
+	// (EffectFunc), on each dialect its own field does not take.
+	Func EffectFunc[V]
+	// Postgres, when its Statements are given, is the effect on PostgreSQL,
+	// as part of the inbox's one statement.
 	Postgres PostgresEffect[V]
-	// SQLite is called in the transaction after the receipts are inserted,
-	// with the events whose receipt is new, in event id order (never empty),
-	// and tx, the transaction's executor; now is the receipts' created_at
-	// (epoch ms). An error rolls the receipts back with it.
+	// SQLite, when given, is the effect on SQLite: called in the transaction
+	// after the receipts are inserted, with the events whose receipt is new,
+	// in event id order (never empty), and tx, the transaction's executor;
+	// now is the receipts' created_at (epoch ms). An error rolls the
+	// receipts back with it.
 	SQLite func(ctx context.Context, tx sqlite.Tx, fresh []Event[V], now int64) error
 }
+
+// fastPath reports whether e's PostgreSQL effect is the one statement.
+func (e Effect[V]) fastPath() bool { return len(e.Postgres.Statements) > 0 }
 
 // PostgresEffect is an effect contributed to the inbox's one statement (one
 // round trip, one commit, as fast as the statement billing fused by hand
@@ -235,8 +250,11 @@ func (c *Consumer[V]) check() error {
 		}
 	}
 	pg := c.Effect.Postgres
-	if c.Effect.SQLite == nil || len(pg.Statements) == 0 || pg.Args == nil {
-		return errors.New("inbox: a Consumer needs its effect on both dialects")
+	if c.Effect.Func == nil && (c.Effect.SQLite == nil || !c.Effect.fastPath()) {
+		return errors.New("inbox: a Consumer needs its effect on both dialects: Effect.Func, or Effect.Postgres and Effect.SQLite")
+	}
+	if c.Effect.fastPath() && pg.Args == nil {
+		return errors.New("inbox: Effect.Postgres without its Args")
 	}
 	for _, s := range pg.Statements {
 		if readsAll.MatchString(s) {
@@ -484,10 +502,11 @@ func (ib *Inbox[V]) committed(events []Event[V], fresh map[uuid.UUID]bool) {
 }
 
 // beforeCommit is the point between the writes and the commit; nil when the
-// build has no failpoints (then PostgreSQL runs the one statement on the pool,
-// without BEGIN and COMMIT around it).
+// build has no failpoints or FAILPOINTS does not arm it (then PostgreSQL's
+// fast path runs the one statement on the pool, without BEGIN and COMMIT
+// around it, in a failpoints build as in a normal one).
 func (ib *Inbox[V]) beforeCommit() func() error {
-	if !failpoint.Enabled || ib.c.Failpoints.BeforeCommit == "" {
+	if !failpoint.Enabled || ib.c.Failpoints.BeforeCommit == "" || !failpoint.Armed(ib.c.Failpoints.BeforeCommit) {
 		return nil
 	}
 	return func() error { return failpoint.Inject(ib.c.Failpoints.BeforeCommit) }
