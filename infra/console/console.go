@@ -1,7 +1,9 @@
 // Package console is the shared part of each service's operator console under
 // /console/: the access rule, the security headers, the CSRF check of every
-// state-changing request and the page layout. Each slice (labeling/console.go)
-// adds its own pages; nothing here is on a hot path.
+// state-changing request, the page layout, and the pages of an outbox table
+// (Outbox), the same for labeling's outbox and billing's. Each slice
+// (labeling/console.go, billing/console.go) mounts them and adds its own
+// pages; nothing here is on a hot path.
 package console
 
 import (
