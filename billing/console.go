@@ -3,20 +3,24 @@ package billing
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/infra/auth"
 	"github.com/acme/outboxpair/infra/console"
 	"github.com/acme/outboxpair/infra/inbox"
+	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 )
 
@@ -42,6 +46,9 @@ type ConsoleConfig struct {
 	// ReplayKeys, when set and Replayer is nil, makes ConsoleModule replay with
 	// the app's Service under these keys (a KeyReplayer).
 	ReplayKeys [][]byte
+	// Outbox is the store of billing's outbox (billing_outbox_events), shown
+	// at /console/outbox/; nil: NewConsole builds it on db.
+	Outbox outbox.Store
 }
 
 // KeyReplayer is the NATSReplayer of a Service: ReplayNATSFailed under Keys
@@ -72,12 +79,16 @@ var ConsoleModule = fx.Invoke(func(e *echo.Echo, cfg ConsoleConfig, db sqldb.DB,
 	return nil
 })
 
-// Console is billing's operator pages: a quota lookup and the NATS records.
+// Console is billing's operator pages: a quota lookup, the NATS records, and
+// its outbox's (console.Outbox at /console/outbox/: the QuotaChanged rows and
+// the provider's answers, with requeue, delete and fail now), the same pages
+// as labeling's.
 type Console struct {
-	cfg ConsoleConfig
-	db  sqldb.DB
-	svc *Service
-	ui  *console.Console
+	cfg    ConsoleConfig
+	db     sqldb.DB
+	svc    *Service
+	ui     *console.Console
+	outbox *console.Outbox
 }
 
 // NewConsole returns billing's console.
@@ -86,7 +97,11 @@ func NewConsole(cfg ConsoleConfig, db sqldb.DB, svc *Service, verifier *auth.Ver
 	if cfg.LabelingConsoleURL != "" {
 		info.Links = append(info.Links, console.Link{Name: "Labeling console", URL: cfg.LabelingConsoleURL})
 	}
-	info.Links = append(info.Links, console.Link{Name: "NATS records", URL: "/console/nats"})
+	info.Links = append(info.Links,
+		console.Link{Name: "Outbox", URL: "/console/outbox/"},
+		console.Link{Name: "Pending rows", URL: "/console/outbox/pending"},
+		console.Link{Name: "Failed rows", URL: "/console/outbox/failed"},
+		console.Link{Name: "NATS records", URL: "/console/nats"})
 	pages, err := fs.Sub(consolePages, "consolepages")
 	if err != nil {
 		return nil, err
@@ -97,7 +112,30 @@ func NewConsole(cfg ConsoleConfig, db sqldb.DB, svc *Service, verifier *auth.Ver
 	if err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg, db: db, svc: svc, ui: ui}, nil
+	store := cfg.Outbox
+	if store == nil {
+		store = outbox.NewStore(db, outbox.WithTable(OutboxTable))
+	}
+	ob := console.NewOutbox(ui, console.OutboxConfig{Path: "/outbox", Peer: "the provider", Subscriber: "provider", Remedy: providerRemedy}, db, store)
+	return &Console{cfg: cfg, db: db, svc: svc, ui: ui, outbox: ob}, nil
+}
+
+// providerRemedy is what to do with a QuotaChanged row the provider refused
+// for good: a later row of the same org carries the org's newer count (the
+// provider keeps the highest version), so the fix is the org's quota, linked
+// on this console, and then deleting the row.
+func providerRemedy(row console.OutboxRow, r console.Refusal) (console.Remedy, bool) {
+	if r.Kind != console.RefusedRequest {
+		return console.Remedy{}, false
+	}
+	rem := console.Remedy{Text: "The provider keeps each org's highest version: the org's next quota change sends its count again. Check the org's count below; once a later row of the org is processed (or the provider is fixed and this row requeued), delete this row."}
+	var q QuotaChanged
+	if json.Unmarshal([]byte(row.Payload), &q) != nil || q.OrgID == uuid.Nil {
+		return rem, true
+	}
+	rem.Link = template.URL("/console/?" + url.Values{"org": {q.OrgID.String()}}.Encode()) //nolint:gosec // a fixed path and an escaped query
+	rem.LinkText = "The org's quota"
+	return rem, true
 }
 
 // Register adds the console's routes to e.
@@ -105,6 +143,7 @@ func (c *Console) Register(e *echo.Echo) {
 	g := c.ui.Group(e)
 	g.GET("/", c.quota)
 	g.GET("/nats", c.nats)
+	c.outbox.Register(g)
 	if c.cfg.Replayer != nil {
 		g.POST("/nats/confirm", c.confirm)
 		g.POST("/nats/replay", c.replay)

@@ -187,3 +187,70 @@ func TestBillingConsoleNATSPages(t *testing.T) {
 		})
 	})
 }
+
+// TestBillingConsoleOutbox: billing's console shows its own outbox
+// (billing_outbox_events) at /console/outbox/ with labeling's pages and
+// actions, and the provider's last answers.
+func TestBillingConsoleOutbox(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		db := dbtest.New(t, d, migrations.Billing)
+		e, svc := consoleOn(t, db, nil)
+		org := uuid.New()
+		_, err := svc.Apply(context.Background(), billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: org, Delta: 1}})
+		require.NoError(t, err)
+		var pending string
+		require.NoError(t, db.QueryRow(`SELECT id FROM billing_outbox_events`).Scan(&pending))
+		now := time.Now().UnixMilli()
+		refused, retrying := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+		payload := `{"orgId":"` + org.String() + `","activeRules":1,"sourceEventId":"` + uuid.NewString() + `","version":1}`
+		db.Exec(t, `INSERT INTO billing_outbox_events (id, event_tag, payload, created_at, available_at, attempts, failed_at, last_error)
+			VALUES ($1, 'QuotaChanged', $3, $4, $4, 1, $4, 'permanent: call provider for QuotaChanged x: provider answered 410 Gone: no such tenant'),
+			       ($2, 'QuotaChanged', $3, $4, $5, 2, NULL, 'call provider for QuotaChanged y: provider answered 503 Service Unavailable: busy')`,
+			refused.String(), retrying.String(), payload, now, now+time.Hour.Milliseconds())
+		get := func(path string) string {
+			rec := consoleDo(e, http.MethodGet, path, nil, "")
+			require.Equal(t, http.StatusOK, rec.Code, path+": "+rec.Body.String())
+			return rec.Body.String()
+		}
+
+		t.Run("the overview counts its rows, each a link, and shows the provider's last answers", func(t *testing.T) {
+			body := get("/console/outbox/")
+			require.Contains(t, body, "billing_outbox_events")
+			require.Contains(t, body, `<a href="/console/outbox/pending">2<`)
+			require.Contains(t, body, `<a href="/console/outbox/pending?state=retrying">1<`)
+			require.Contains(t, body, `<a href="/console/outbox/failed">1<`)
+			require.Contains(t, body, "Last answers from the provider")
+			require.Contains(t, body, "provider answered 410 Gone: no such tenant")
+			require.Contains(t, body, "provider answered 503 Service Unavailable: busy")
+			require.Contains(t, get("/console/"), `href="/console/outbox/"`, "the header links to it")
+		})
+
+		t.Run("the pending and failed rows are listed apart", func(t *testing.T) {
+			body := get("/console/outbox/pending")
+			require.Contains(t, body, pending)
+			require.Contains(t, body, retrying.String())
+			require.NotContains(t, body, refused.String())
+			body = get("/console/outbox/failed")
+			require.Contains(t, body, refused.String())
+			require.NotContains(t, body, pending)
+		})
+
+		t.Run("a row the provider refused for good links the org's quota", func(t *testing.T) {
+			body := get("/console/outbox/rows/" + refused.String())
+			require.Contains(t, body, "Refused for good")
+			require.Contains(t, body, `<a href="/console/?org=`+org.String()+`">The org&#39;s quota</a>`)
+		})
+
+		t.Run("fail now dead-letters a pending QuotaChanged row", func(t *testing.T) {
+			const csrf = "test-csrf"
+			form := url.Values{"csrf": {csrf}, "action": {"fail"}, "id": {pending}}
+			rec := consoleDo(e, http.MethodPost, "/console/outbox/confirm", form, csrf)
+			require.Contains(t, rec.Body.String(), "This will fail now <strong>1</strong> pending row(s).")
+			require.Contains(t, rec.Body.String(), `action="/console/outbox/act"`)
+			rec = consoleDo(e, http.MethodPost, "/console/outbox/act", form, csrf)
+			require.Contains(t, rec.Body.String(), "Failed 1 row(s).")
+			require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM billing_outbox_events WHERE id = $1 AND failed_at IS NOT NULL`, pending))
+		})
+	})
+}

@@ -94,11 +94,21 @@ func TestOutboxCommands(t *testing.T) {
 			require.False(t, f.exists(t, f.processed))
 			require.True(t, f.exists(t, f.pending))
 		})
+
+		t.Run("fail dead-letters a pending row and leaves the failed and processed ones", func(t *testing.T) {
+			t.Parallel()
+			f := setupBillingOutbox(t, d)
+			r := runCmd(t, f.env, "outbox", "fail", f.pending.String(), f.failed.String(), f.processed.String())
+			require.Equal(t, 0, r.code, r.stderr)
+			require.Equal(t, "failed 1 of 3 rows\n", r.stdout)
+			require.Equal(t, 1, f.db.Count(t, `SELECT count(*) FROM billing_outbox_events WHERE id = $1 AND failed_at IS NOT NULL AND claim_token IS NULL`, f.pending))
+			require.Equal(t, 1, f.db.Count(t, `SELECT count(*) FROM billing_outbox_events WHERE id = $1 AND processed_at = 2000 AND failed_at IS NULL`, f.processed))
+		})
 	})
 
 	t.Run("a usage error exits 2 naming the command", func(t *testing.T) {
 		t.Parallel()
-		for _, args := range [][]string{{"outbox", "requeue"}, {"outbox", "delete", "not-a-uuid"}, {"outbox", "requeue", "--all-failed", uuid.NewString()}} {
+		for _, args := range [][]string{{"outbox", "requeue"}, {"outbox", "delete", "not-a-uuid"}, {"outbox", "fail"}, {"outbox", "requeue", "--all-failed", uuid.NewString()}} {
 			r := runCmd(t, env(), args...)
 			require.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
 			require.True(t, strings.HasPrefix(r.stderr, "billing: outbox "), r.stderr)
@@ -108,7 +118,7 @@ func TestOutboxCommands(t *testing.T) {
 	t.Run("on a missing SQLite file each exits 1 naming DATABASE_URL and creates nothing", func(t *testing.T) {
 		t.Parallel()
 		dir := filepath.Join(t.TempDir(), "missing")
-		for _, args := range [][]string{{"outbox", "failed"}, {"outbox", "requeue", "--all-failed"}, {"outbox", "delete", uuid.NewString()}} {
+		for _, args := range [][]string{{"outbox", "failed"}, {"outbox", "requeue", "--all-failed"}, {"outbox", "delete", uuid.NewString()}, {"outbox", "fail", uuid.NewString()}} {
 			r := runCmd(t, env("DATABASE_URL=sqlite:"+filepath.Join(dir, "billing.db")), args...)
 			require.Equal(t, 1, r.code, r.stderr)
 			require.Contains(t, r.stderr, "DATABASE_URL")

@@ -271,6 +271,32 @@ func TestOutboxCommands(t *testing.T) {
 			require.True(t, f.exists(t, f.failed))
 			require.True(t, f.exists(t, f.pending))
 		})
+		t.Run("fail dead-letters the named pending rows and leaves the others alone", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
+			f.db.Exec(t, `UPDATE outbox_events SET claimed_until = 1, claim_token = $2, claim_lease = 60000 WHERE id = $1`, f.pending, uuid.New())
+
+			code, stdout, stderr := runCLI(f.vars, "outbox", "fail", f.pending.String(), f.failed.String(), f.processed.String(), uuid.NewString())
+
+			require.Equal(t, exitOK, code, stderr)
+			require.Equal(t, "failed 1 of 4 rows\n", stdout)
+			require.Equal(t, 1, f.db.Count(t, `SELECT count(*) FROM outbox_events
+				WHERE id = $1 AND failed_at IS NOT NULL AND claim_token IS NULL AND claimed_until IS NULL`, f.pending), "failed, its claim cleared")
+			require.Equal(t, 1, f.db.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND failed_at = 1709251199007`, f.failed), "an earlier failure stays as it was")
+			require.Equal(t, 1, f.db.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND processed_at = 2000 AND failed_at IS NULL`, f.processed))
+			code, stdout, _ = runCLI(f.vars, "outbox", "failed")
+			require.Equal(t, exitOK, code)
+			require.Contains(t, stdout, f.pending.String()+"\tRuleActivated\t0\t")
+			require.Contains(t, stdout, "failed now by an operator after 0 attempt(s); last error: none")
+		})
+
+		t.Run("fail without a row id is a usage error", func(t *testing.T) {
+			t.Parallel()
+			f := setupOutbox(t, d)
+			code, _, stderr := runCLI(f.vars, "outbox", "fail")
+			require.Equal(t, exitUsage, code)
+			require.True(t, strings.HasPrefix(stderr, "labeling: outbox fail needs at least one row id\n"), stderr)
+		})
 	})
 }
 
@@ -281,6 +307,7 @@ func TestOperatorCommandsNeverCreateADatabase(t *testing.T) {
 		{"outbox", "requeue", uuid.NewString()},
 		{"outbox", "requeue", "--all-failed"},
 		{"outbox", "delete", uuid.NewString()},
+		{"outbox", "fail", uuid.NewString()},
 	} {
 		t.Run(strings.Join(args, " ")+" on a missing SQLite file exits 1 naming its absolute path and creates nothing", func(t *testing.T) {
 			t.Parallel()

@@ -55,10 +55,14 @@ const viewportW, viewportH = 1200, 800
 // TestConsoleInBrowser drives headless Chromium against the real binaries: a
 // dead letter is found on the failed page, opened, requeued through the
 // confirmation, and billing's console then shows the org's quota changed; a
-// hostile row renders inert; without credentials the console shows nothing
-// and refuses an action. axe-core runs in every page visited (no serious or
-// critical violation), and the pages the docs show are outlined against
-// docs/img (and shot there with CONSOLE_SCREENSHOTS).
+// row retrying for ever is found among the pending rows and failed now; a row
+// billing refused as too old says what to do instead (the org's quota on
+// billing's console) and its requeue is confirmed as futile; billing's
+// console shows its own outbox with the same pages; a hostile row renders
+// inert; without credentials the console shows nothing and refuses an
+// action. axe-core runs in every page visited (no violation of any impact),
+// and the pages the docs show are outlined against docs/img (and shot there
+// with CONSOLE_SCREENSHOTS).
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	axe := newAxeChecker(t)
@@ -73,6 +77,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	labelingDB := "sqlite:" + filepath.Join(dir, "labeling.db")
 	env := baseEnv(labelingDB)
 	env["BILLING_URL"] = billingBase
+	env["CONSOLE_BILLING_URL"] = billingBase + "/console/"
 	lp := proctest.Start(t, binary(t), env, "serve")
 	labelingBase := "http://" + lp.ListenAddr(t)
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -104,6 +109,41 @@ func TestConsoleInBrowser(t *testing.T) {
 			VALUES ($1, $2, $3, $4, $5, 3, 'billing answered 503')`, uuid.Must(uuid.NewV7()).String(), tag,
 			`{"orgId":"`+uuid.NewString()+`","ruleId":"`+uuid.NewString()+`"}`,
 			now-int64(10-i)*time.Minute.Milliseconds(), now+time.Hour.Milliseconds())
+	}
+
+	// A row billing refused as too old (a requeue only fails again), a row
+	// of a tag no subscriber takes, waiting for its fifth attempt, and one
+	// in flight: a relay's claim of an hour (none of this relay's).
+	refused, stuck := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, failed_at, last_error)
+		VALUES ($1, 'RuleActivated', $2, $3, $3, 1, $4, $5)`, refused.String(),
+		`{"orgId":"`+org.String()+`","ruleId":"`+uuid.NewString()+`"}`, now-30*24*time.Hour.Milliseconds(), now-5*time.Minute.Milliseconds(),
+		`permanent: deliver RuleActivated `+refused.String()+`: billing answered 400 Bad Request: {"code":"event_too_old","message":"event too old: occurredAt is 720h0m0s ago, past RECEIPTS_RETENTION less its margin (648h0m0s): its receipt may be deleted, so it is never applied"}`)
+	db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, last_error)
+		VALUES ($1, 'RuleArchived', $2, $3, $4, 4, 'no subscriber for tag RuleArchived')`, stuck.String(),
+		`{"orgId":"`+uuid.NewString()+`","ruleId":"`+uuid.NewString()+`"}`, now-36*time.Minute.Milliseconds(), now+30*time.Minute.Milliseconds())
+	db.Exec(t, `INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, claimed_until, claim_token, claim_lease, last_error)
+		VALUES ($1, 'RuleActivated', $2, $3, $3, 2, $4, $5, 3600000, 'billing answered 503')`, uuid.Must(uuid.NewV7()).String(),
+		`{"orgId":"`+uuid.NewString()+`","ruleId":"`+uuid.NewString()+`"}`, now-3*time.Minute.Milliseconds(), now+time.Hour.Milliseconds(), uuid.NewString())
+
+	// Billing's own outbox, for its console's pages: QuotaChanged rows the
+	// provider answered (billing runs no relay here: PROVIDER_URL is unset).
+	bdb := dbtest.OpenSQLite(t, billingDB)
+	providerRefused := uuid.Must(uuid.NewV7())
+	quota := func(org uuid.UUID) string {
+		return `{"orgId":"` + org.String() + `","activeRules":3,"sourceEventId":"` + uuid.NewString() + `","version":4}`
+	}
+	bdb.Exec(t, `INSERT INTO billing_outbox_events (id, event_tag, payload, created_at, available_at, attempts, failed_at, last_error)
+		VALUES ($1, 'QuotaChanged', $2, $3, $3, 1, $3, 'permanent: call provider for QuotaChanged `+providerRefused.String()+`: provider answered 410 Gone: tenant closed')`,
+		providerRefused.String(), quota(org), now-20*time.Minute.Milliseconds())
+	for i := range 3 {
+		bdb.Exec(t, `INSERT INTO billing_outbox_events (id, event_tag, payload, created_at, available_at, attempts, last_error)
+			VALUES ($1, 'QuotaChanged', $2, $3, $4, $5, 'call provider for QuotaChanged: provider answered 503 Service Unavailable: maintenance')`,
+			uuid.Must(uuid.NewV7()).String(), quota(uuid.New()), now-int64(10-i)*time.Minute.Milliseconds(), now+time.Hour.Milliseconds(), i+1)
+	}
+	for m := 1; m <= 59; m += 2 {
+		bdb.Exec(t, `INSERT INTO billing_outbox_events (id, event_tag, payload, created_at, available_at, attempts, processed_at)
+			VALUES ($1, 'QuotaChanged', $2, $3, $3, 1, $3)`, uuid.Must(uuid.NewV7()).String(), quota(uuid.New()), now-int64(m)*time.Minute.Milliseconds())
 	}
 
 	// And an hour of processed rows, so the overview's chart has bars.
@@ -150,6 +190,99 @@ func TestConsoleInBrowser(t *testing.T) {
 		))
 		axe.check(t, ctx, "labeling /console/rows/{id} (a failed row)")
 		shots.shoot(t, ctx, "console-row", "labeling's /console/rows/{id} (a failed row)")
+	})
+
+	t.Run("the new pages the docs show keep their structure", func(t *testing.T) {
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(labelingBase+"/console/pending"),
+			chromedp.WaitVisible(`a[href="/console/rows/`+stuck.String()+`"]`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/pending (the pending rows)")
+		shots.shoot(t, ctx, "console-pending", "labeling's /console/pending (the pending rows)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(labelingBase+"/console/rows/"+refused.String()),
+			chromedp.WaitVisible(`#remedy`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/rows/{id} (a row refused for good)")
+		shots.shoot(t, ctx, "console-refused-row", "labeling's /console/rows/{id} (a row billing refused as too old)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(billingBase+"/console/outbox/"),
+			chromedp.WaitVisible(`#answers`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "billing /console/outbox/ (its outbox's overview)")
+		shots.shoot(t, ctx, "console-billing-outbox", "billing's /console/outbox/ (its outbox's overview)")
+	})
+
+	t.Run("a row refused for good says what to do instead and warns before a requeue", func(t *testing.T) {
+		var remedy, href, futile, button string
+		var ok bool
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(labelingBase+"/console/rows/"+refused.String()),
+			chromedp.Text(`#remedy`, &remedy, chromedp.ByQuery),
+			chromedp.AttributeValue(`#remedy a`, "href", &href, &ok, chromedp.ByQuery),
+			chromedp.Click(`button[value="requeue"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#futile`, chromedp.ByQuery),
+			chromedp.Text(`#futile`, &futile, chromedp.ByQuery),
+			chromedp.Text(`form[action="/console/act"] button`, &button, chromedp.ByQuery),
+		))
+		require.Contains(t, remedy, "Check the org's quota on billing")
+		require.Equal(t, billingBase+"/console/?org="+org.String(), href)
+		require.Contains(t, futile, "1 of them will fail again")
+		require.Equal(t, "Yes, requeue 1 row(s), knowing 1 will fail again", button)
+		axe.check(t, ctx, "labeling /console/confirm (a requeue that will fail again)")
+		shots.shoot(t, ctx, "console-confirm-refused", "labeling's /console/confirm (a requeue that will fail again)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Click(`#cancel`, chromedp.ByQuery),
+			chromedp.WaitVisible(`a[href="/console/rows/`+refused.String()+`"]`, chromedp.ByQuery),
+		))
+		require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND failed_at IS NOT NULL`, refused.String()), "cancelled: still failed")
+	})
+
+	t.Run("a row retrying for ever is found among the pending ones and failed now", func(t *testing.T) {
+		var touches, done string
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(labelingBase+"/console/"),
+			chromedp.Click(`a[href="/console/pending?state=retrying"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`a[href="/console/rows/`+stuck.String()+`"]`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/pending?state=retrying")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Click(`a[href="/console/rows/`+stuck.String()+`"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`button[value="fail"]`, chromedp.ByQuery),
+		))
+		axe.check(t, ctx, "labeling /console/rows/{id} (a pending row)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Click(`button[value="fail"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#fence`, chromedp.ByQuery),
+			chromedp.Text(`#touches`, &touches, chromedp.ByQuery),
+		))
+		require.Equal(t, "This will fail now 1 pending row(s).", touches)
+		axe.check(t, ctx, "labeling /console/confirm (fail now)")
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Click(`form[action="/console/act"] button`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#message`, chromedp.ByQuery),
+			chromedp.Text(`#message`, &done, chromedp.ByQuery),
+		))
+		require.Equal(t, "Failed 1 row(s).", done)
+		require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND failed_at IS NOT NULL`, stuck.String()))
+	})
+
+	t.Run("billing's console lists its outbox's rows with the same pages", func(t *testing.T) {
+		for _, p := range []struct{ path, wait, name string }{
+			{"/console/outbox/pending", `a[href^="/console/outbox/rows/"]`, "billing /console/outbox/pending"},
+			{"/console/outbox/failed", `a[href="/console/outbox/rows/` + providerRefused.String() + `"]`, "billing /console/outbox/failed"},
+			{"/console/outbox/rows/" + providerRefused.String(), `#remedy`, "billing /console/outbox/rows/{id} (refused by the provider)"},
+		} {
+			require.NoError(t, chromedp.Run(ctx,
+				chromedp.Navigate(billingBase+p.path),
+				chromedp.WaitVisible(p.wait, chromedp.ByQuery),
+			))
+			axe.check(t, ctx, p.name)
+		}
+		var href string
+		var ok bool
+		require.NoError(t, chromedp.Run(ctx, chromedp.AttributeValue(`#remedy a`, "href", &href, &ok, chromedp.ByQuery)))
+		require.Equal(t, "/console/?org="+org.String(), href)
 	})
 
 	t.Run("a dead letter is found, opened and requeued, and billing applies it", func(t *testing.T) {

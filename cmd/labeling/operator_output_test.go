@@ -106,10 +106,12 @@ func TestOperatorOutputs(t *testing.T) {
 				{"labeling", "outbox requeue " + id, "requeued 0 of 1 rows\n", ""},
 				{"labeling", "outbox requeue --all-failed", "requeued 0 rows\n", ""},
 				{"labeling", "outbox delete " + id, "deleted 0 of 1 rows\n", ""},
+				{"labeling", "outbox fail " + id, "failed 0 of 1 rows\n", ""},
 				{"billing", "outbox failed", "", "no failed rows\n"},
 				{"billing", "outbox requeue " + id, "requeued 0 of 1 rows\n", ""},
 				{"billing", "outbox requeue --all-failed", "requeued 0 rows\n", ""},
 				{"billing", "outbox delete " + id, "deleted 0 of 1 rows\n", ""},
+				{"billing", "outbox fail " + id, "failed 0 of 1 rows\n", ""},
 				{"billing", "nats failed", "", "no failed records\n"},
 				{"billing", "nats replay --all", "replayed 0 of 0 records\n", ""},
 			} {

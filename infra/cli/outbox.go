@@ -25,11 +25,11 @@ import (
 type OutboxStore func(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) Action
 
 // OutboxCommands are `outbox failed`, `outbox requeue ID...` / `outbox
-// requeue --all-failed` and `outbox delete ID...` on the store withStore
-// gives, for a binary's command table. defaultSubscriber is how `outbox
-// failed` names the subscriber of a row for the table's default subscriber
-// (outbox.DefaultSubscriber, the empty name): labeling's billing, billing's
-// provider.
+// requeue --all-failed`, `outbox delete ID...` and `outbox fail ID...` on
+// the store withStore gives, for a binary's command table. defaultSubscriber
+// is how `outbox failed` names the subscriber of a row for the table's
+// default subscriber (outbox.DefaultSubscriber, the empty name): labeling's
+// billing, billing's provider.
 func OutboxCommands(withStore OutboxStore, defaultSubscriber string) []Command {
 	return []Command{
 		{
@@ -41,6 +41,7 @@ func OutboxCommands(withStore OutboxStore, defaultSubscriber string) []Command {
 		},
 		{Name: "outbox requeue", Args: "ID...", Summary: "make these failed rows pending again, attempts reset to 0", Parse: parseRequeue(withStore)},
 		{Name: "outbox delete", Args: "ID...", Summary: "delete these rows; refused if any is pending", Parse: NoFlags(onIDs(withStore, "delete", "deleted", outbox.Delete))},
+		{Name: "outbox fail", Args: "ID...", Summary: "dead-letter these pending rows now (a relay holding one cannot settle it after)", Parse: NoFlags(onIDs(withStore, "fail", "failed", outbox.Fail))},
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package console is the shared part of each service's operator console under
 // /console/: the access rule, the security headers, the CSRF check of every
-// state-changing request and the page layout. Each slice (labeling/console.go)
-// adds its own pages; nothing here is on a hot path.
+// state-changing request, the page layout, and the pages of an outbox table
+// (Outbox), the same for labeling's outbox and billing's. Each slice
+// (labeling/console.go, billing/console.go) mounts them and adds its own
+// pages; nothing here is on a hot path.
 package console
 
 import (
@@ -66,19 +68,23 @@ type Console struct {
 }
 
 // New returns the console of a service whose own page templates are pages
-// (each file defines a template named as Render is asked for). verifier is the
+// (each file defines a template named as Render is asked for; nil: none, as
+// for a service that shows only its outbox's, see Outbox). verifier is the
 // service's token verifier, nil when AUTH_DISABLED=true: then the console
 // admits requests from loopback addresses only; otherwise it admits a browser
 // session made at /console/login from a token with auth.OperatorScope, or a
 // request bearing such a token (see docs/authentication.md).
 func New(info Info, verifier *auth.Verifier, pages fs.FS, funcs template.FuncMap) (*Console, error) {
-	base := template.New("layout.html").Funcs(template.FuncMap{"count": count}).Funcs(funcs)
-	if _, err := base.ParseFS(layoutFS, "templates/*.html"); err != nil {
-		return nil, err
-	}
-	t, err := base.ParseFS(pages, "*.html")
+	base := template.New("layout.html").Funcs(template.FuncMap{"count": count, "time": FormatTime, "age": age}).Funcs(funcs)
+	_, err := base.ParseFS(layoutFS, "templates/*.html")
 	if err != nil {
 		return nil, err
+	}
+	t := base
+	if pages != nil {
+		if t, err = base.ParseFS(pages, "*.html"); err != nil {
+			return nil, err
+		}
 	}
 	sess, err := newSessions(MaxRevoked)
 	if err != nil {
@@ -256,6 +262,15 @@ func (c *Console) Render(ec echo.Context, status int, name, title string, data a
 	}
 	return ec.HTMLBlob(status, b.Bytes())
 }
+
+// FormatTime formats epoch milliseconds as the pages show a time: RFC 3339
+// UTC with milliseconds, as the API and the `outbox` commands print it.
+func FormatTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// age is how long ago ms (epoch milliseconds) was, to the second.
+func age(ms int64) string { return time.Since(time.UnixMilli(ms)).Truncate(time.Second).String() }
 
 // Style serves the console's one stylesheet.
 func Style(ec echo.Context) error {

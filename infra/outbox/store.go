@@ -34,6 +34,10 @@ type Store interface {
 	// transaction; with a pending one it deletes nothing and returns an error
 	// wrapping ErrPending that names them.
 	Delete(ctx context.Context, ids []uuid.UUID) (int64, error)
+	// Fail dead-letters the pending rows among ids at now, clearing their
+	// claim so that a relay holding one cannot settle it (see Fail). It
+	// returns how many it changed.
+	Fail(ctx context.Context, ids []uuid.UUID, now int64) (int64, error)
 	// DeleteProcessed deletes at most limit rows processed before before.
 	DeleteProcessed(ctx context.Context, before int64, limit int) (int64, error)
 	// OpenRelay returns the statements of one relay whose ClaimSize is

@@ -1,4 +1,4 @@
-package labeling
+package console_test
 
 import (
 	"net/http"
@@ -18,8 +18,8 @@ func TestConsoleShowsTheSubscriber(t *testing.T) {
 		t.Run("the failed list has a subscriber column and the row page a subscriber field", func(t *testing.T) {
 			t.Parallel()
 			b := consoleSetup(t, d, true)
-			billing := b.insert(t, TagRuleActivated, `{}`, true, "billing answered 500")
-			ledger := b.insert(t, TagRuleActivated, `{}`, true, "ledger answered 500")
+			billing := b.insert(t, "RuleActivated", `{}`, true, "billing answered 500")
+			ledger := b.insert(t, "RuleActivated", `{}`, true, "ledger answered 500")
 			b.db.Exec(t, `UPDATE outbox_events SET subscriber = 'ledger', event_id = $2 WHERE id = $1`, ledger.String(), billing.String())
 
 			list := b.send(t, http.MethodGet, "/console/failed", nil, nil, loopback).Body.String()
