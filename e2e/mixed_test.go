@@ -192,7 +192,7 @@ func mixedVersions(t *testing.T, d sqldb.Dialect, tr string) {
 	a := provider.applied()
 	t.Logf("mixed versions %s and %s: %d kills, %d retirements, %d events, %d QuotaChanged applied by the provider, "+
 		"%d duplicates absorbed by receipts, %d by the provider; converged in %s; %s in all",
-		previousRelease[:7], "today's", kills, terms, len(s.outbox), a.Applied, dups, a.Duplicates,
+		previousCommit[:7], "today's", kills, terms, len(s.outbox), a.Applied, dups, a.Duplicates,
 		took.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
 
 	// The old release's operator commands on today's schema, each listing a

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -26,19 +27,31 @@ import (
 // "Upgrading"), not this constant's.
 const previousRelease = "1766ee0bb4b1574f4c93e8003ef8182daae66817"
 
-// Paths of previousRelease's binaries, once buildPrevious ran.
+// envPreviousRelease, when set, names another commit to run as the previous
+// release: how the rollback floor is found (docs/operations.md, "Upgrading").
+const envPreviousRelease = "E2E_PREVIOUS_RELEASE"
+
+// The previous release as run: its commit (previousRelease unless
+// E2E_PREVIOUS_RELEASE says otherwise) and the paths of its binaries, once
+// buildPrevious ran.
 var (
+	previousCommit      string
 	previousLabelingBin string
 	previousBillingBin  string
 )
 
-// buildPrevious builds previousRelease's cmd/labeling and cmd/billing once per
-// test binary, reused across runs from the user's cache directory.
+// buildPrevious builds the previous release's cmd/labeling and cmd/billing once
+// per test binary, reused across runs from the user's cache directory.
 var buildPrevious = sync.OnceValue(func() error {
-	dir, err := previousBuild(previousRelease)
+	commit := cmp.Or(os.Getenv(envPreviousRelease), previousRelease)
+	if out, err := exec.Command("git", "rev-parse", "--verify", "--quiet", commit+"^{commit}").Output(); err == nil {
+		commit = strings.TrimSpace(string(out)) // a short hash or a name, resolved: the cache's key
+	}
+	dir, err := previousBuild(commit)
 	if err != nil {
 		return err
 	}
+	previousCommit = commit
 	previousLabelingBin, previousBillingBin = filepath.Join(dir, "labeling"), filepath.Join(dir, "billing")
 	return nil
 })
