@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
@@ -117,4 +120,14 @@ func previousBuild(commit string) (string, error) {
 func isFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// TestPreviousBuildNamesMissingHistory: a commit the clone does not hold (a
+// shallow CI checkout) fails the build with what to do, not with git's words
+// alone.
+func TestPreviousBuildNamesMissingHistory(t *testing.T) {
+	t.Parallel()
+	_, err := previousBuild("00000000000000000000000000000000deadbeef")
+	require.ErrorContains(t, err, "is not in this repository's history")
+	require.ErrorContains(t, err, "fetch-depth: 0")
 }
