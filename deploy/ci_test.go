@@ -102,7 +102,9 @@ func TestCIWorkflow(t *testing.T) {
 				Ports []string `yaml:"ports"`
 			} `yaml:"services"`
 			Steps []struct {
-				Run string `yaml:"run"`
+				Run  string         `yaml:"run"`
+				Uses string         `yaml:"uses"`
+				With map[string]any `yaml:"with"`
 			} `yaml:"steps"`
 		} `yaml:"jobs"`
 	}
@@ -127,6 +129,19 @@ func TestCIWorkflow(t *testing.T) {
 		require.Contains(t, cmds, "go vet ./...")
 		require.Contains(t, cmds, "go vet -tags failpoints ./...")
 		require.Contains(t, strings.Join(cmds, "\n"), "golangci-lint")
+	})
+
+	t.Run("the test job checks out the whole history, which the mixed-version test builds the previous release from", func(t *testing.T) {
+		t.Parallel()
+		// e2e's TestMixedVersions runs `git archive` of previousRelease: a
+		// shallow clone (checkout's default depth 1) does not hold it.
+		var depths []any
+		for _, s := range wf.Jobs["test"].Steps {
+			if strings.HasPrefix(s.Uses, "actions/checkout@") {
+				depths = append(depths, s.With["fetch-depth"])
+			}
+		}
+		require.Equal(t, []any{0}, depths, "one checkout, with fetch-depth: 0")
 	})
 
 	t.Run("the smoke job runs deploy/smoke.sh on a runner with Docker", func(t *testing.T) {

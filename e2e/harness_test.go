@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +66,12 @@ type config struct {
 	// billingDurableOnly leaves the audit durable out (NATS_CONSUMERS=billing):
 	// the interest stream then removes each message once billing acked it.
 	billingDurableOnly bool
+	// labelingBinary and billingBinary run another build (previousRelease's,
+	// TestMixedVersions) instead of today's; "": today's.
+	labelingBinary, billingBinary string
+	// unmigrated creates both databases empty: each service migrates its own at
+	// its first start, as in a deploy (the shared server or SQLite files).
+	unmigrated bool
 }
 
 func (c config) withDefaults() config {
@@ -136,11 +144,17 @@ func setup(t *testing.T, cfg config) *cluster {
 	}
 	var labURL, billURL string
 	switch {
+	case cfg.dialect == sqldb.SQLite && cfg.unmigrated:
+		c.labQ = dbtest.OpenSQLite(t, "sqlite:"+filepath.Join(t.TempDir(), "labeling.db"))
+		c.billQ = dbtest.OpenSQLite(t, "sqlite:"+filepath.Join(t.TempDir(), "billing.db"))
+		labURL, billURL = c.labQ.URL, c.billQ.URL
 	case cfg.dialect == sqldb.SQLite:
 		// A file per service, migrated as serve migrates it; every labeling
 		// replica shares the one file.
 		c.labQ, c.billQ = dbtest.New(t, sqldb.SQLite, migrations.Labeling), dbtest.New(t, sqldb.SQLite, migrations.Billing)
 		labURL, billURL = c.labQ.URL, c.billQ.URL
+	case cfg.unmigrated && cfg.pg == nil:
+		c.labDB, c.billDB = pgtest.Empty(t), pgtest.Empty(t)
 	case cfg.pg != nil:
 		// Empty: each service migrates its own at its first start.
 		c.labDB, c.billDB = cfg.pg.newDB(t, "labeling"), cfg.pg.newDB(t, "billing")
@@ -190,7 +204,7 @@ func setup(t *testing.T, cfg config) *cluster {
 		maps.Copy(billingEnv, relayEnv(cfg))
 	}
 	maps.Copy(billingEnv, cfg.env)
-	c.billing = newProc(t, "billing", billingBin, billingEnv)
+	c.billing = newProc(t, "billing", cmp.Or(cfg.billingBinary, billingBin), billingEnv)
 	c.billing.secondHop = cfg.provider != nil
 	if !cfg.billingDown {
 		c.billing.launch(t, cfg.billingFailpoints)
@@ -200,7 +214,7 @@ func setup(t *testing.T, cfg config) *cluster {
 		if cfg.replicas > 1 {
 			name = fmt.Sprintf("labeling-%d", i+1)
 		}
-		p := newProc(t, name, labelingBin, map[string]string{
+		p := newProc(t, name, cmp.Or(cfg.labelingBinary, labelingBin), map[string]string{
 			"DATABASE_URL": appURL(t, labURL, "e2e-labeling"),
 			"EVENTS_TOKEN": eventsToken,
 			"BILLING_URL":  c.billing.url(),
@@ -242,7 +256,7 @@ func (c *cluster) teardown() {
 	c.mu.Unlock()
 	var dups, brokerDups int
 	for _, p := range procs {
-		if p.bin == billingBin {
+		if p.isBilling() {
 			dups += p.duplicates
 		} else {
 			brokerDups += p.duplicates
@@ -329,6 +343,9 @@ func newProc(t *testing.T, name, bin string, env map[string]string) *proc {
 }
 
 func (p *proc) url() string { return "http://" + p.addr }
+
+// isBilling tells billing's processes from labeling's, whichever build they run.
+func (p *proc) isBilling() bool { return p.bin == billingBin || p.bin == previousBillingBin }
 
 // launch is the first start: when the port picked was taken in the meantime, it
 // retries on another port. Later starts reuse the address.
@@ -522,7 +539,7 @@ func (p *proc) harvest() {
 // lifeDuplicates reads the running life's duplicates: billing's
 // already_applied outcomes, or labeling's duplicate publish acks.
 func (p *proc) lifeDuplicates() (int, error) {
-	if p.bin == billingBin {
+	if p.isBilling() {
 		outcomes, err := p.billingOutcomes()
 		return int(outcomes["already_applied"]), err
 	}

@@ -50,6 +50,9 @@ type loadOptions struct {
 	maxOps   int           // per client; the load ends earlier on finish
 	pace     time.Duration // pause between a client's requests
 	replicas bool          // spread requests over every labeling process
+	// target, when set, picks the process of each request (and of each retry):
+	// a scenario that starts and stops labeling processes under load.
+	target func() *proc
 }
 
 // startLoad starts the clients; finish stops them.
@@ -66,6 +69,9 @@ func startLoad(t *testing.T, c *cluster, o loadOptions) *load {
 	target := c.lab
 	if o.replicas {
 		target = func() *proc { return c.labeling[rand.IntN(len(c.labeling))] }
+	}
+	if o.target != nil {
+		target = o.target
 	}
 	for _, lc := range l.clients {
 		l.wg.Add(1)
