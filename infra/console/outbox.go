@@ -220,9 +220,9 @@ func parseCursor(s string) (int64, uuid.UUID, bool) {
 type rowData struct {
 	Base       string
 	Subscriber string // the default rows' subscriber (OutboxConfig.Subscriber)
-	Row      OutboxRow
-	TraceID  string
-	TraceURL string
+	Row        OutboxRow
+	TraceID    string
+	TraceURL   string
 	// Refusal and Remedy: the row was failed by an answer no retry changes,
 	// and what to do instead of a requeue; nil otherwise.
 	Refusal *Refusal

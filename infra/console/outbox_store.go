@@ -84,7 +84,7 @@ type OutboxRow struct {
 	LastError                           string
 	Trace                               string
 	Subscriber                          string // '' for the table's default subscriber (OutboxConfig.Subscriber)
-	Claimed                             bool // claimed_until is in the future: a relay holds it now
+	Claimed                             bool   // claimed_until is in the future: a relay holds it now
 	// Retrying: pending, tried before, its next attempt still ahead and no
 	// relay holding it.
 	Retrying bool
