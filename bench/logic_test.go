@@ -428,9 +428,16 @@ func TestClaimParams(t *testing.T) {
 	})
 	t.Run("an argument of an unknown type is an error naming it", func(t *testing.T) {
 		t.Parallel()
-		_, _, err := claimParams([]any{at, "x", token}, at, 7)
+		_, _, err := claimParams([]any{at, 1.5, token}, at, 7)
 		if err == nil || !strings.Contains(err.Error(), "$2") {
 			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("a string (the lane's subscriber) is a literal", func(t *testing.T) {
+		t.Parallel()
+		exprs, _, err := claimParams([]any{at, "it's", token}, at, 7)
+		if err != nil || len(exprs) != 3 || exprs[1] != "'it''s'::text" {
+			t.Fatalf("exprs = %v, err = %v", exprs, err)
 		}
 	})
 	t.Run("no token is an error", func(t *testing.T) {

@@ -183,7 +183,7 @@ func asInt(v any) (int64, bool) {
 // them); 0 is the scan floor (RunOnce claims from the bottom), the variable
 // :floor; the capture's limit is {LIMIT}; the token (a UUID) is {TOKEN}; any
 // other integer is a constant, a pgbench variable :cN (a parameter, as the
-// relay sends it). vars are the \set lines for the constants. A claim whose
+// relay sends it); a string (the lane's subscriber) a literal. vars are the \set lines for the constants. A claim whose
 // limit is not a parameter (written into its text) is left to pairScript.
 func claimParams(args []any, at int64, limit int) (exprs, vars []string, err error) {
 	now := int64(0)
@@ -198,10 +198,14 @@ func claimParams(args []any, at int64, limit int) (exprs, vars []string, err err
 			exprs, seenToken = append(exprs, "{TOKEN}"), true
 			continue
 		}
+		if s, ok := a.(string); ok { // the lane's subscriber ('' for billing's rows)
+			exprs = append(exprs, quoteLiteral(s)+"::text")
+			continue
+		}
 		v, ok := asInt(a)
 		switch {
 		case !ok:
-			return nil, nil, fmt.Errorf("claim parameter $%d is a %T: bench/pairbench.go knows integers and a UUID token", i+1, a)
+			return nil, nil, fmt.Errorf("claim parameter $%d is a %T: bench/pairbench.go knows integers, strings and a UUID token", i+1, a)
 		case now != 0 && v-at < nearNow && at-v < nearNow:
 			exprs = append(exprs, fmt.Sprintf("(%s + %d)", clockMs, v-now))
 		case v == 0:
