@@ -79,7 +79,7 @@ func TestUsage(t *testing.T) {
 		for args, msg := range map[string]string{
 			"bogus":                      `unknown command "bogus"`,
 			"serve now":                  `serve takes no arguments, got ["now"]`,
-			"outbox":                     `outbox needs a subcommand: failed, requeue or delete`,
+			"outbox":                     `outbox needs a subcommand: failed, requeue, delete or fail`,
 			"outbox list":                `unknown outbox subcommand "list"`,
 			"outbox failed extra":        `outbox failed takes no arguments, got ["extra"]`,
 			"outbox requeue":             `outbox requeue needs at least one row id`,
