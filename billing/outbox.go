@@ -123,20 +123,32 @@ func quotaChanges(applied []Event, final map[uuid.UUID]orgCount) []QuotaChanged 
 	return changes
 }
 
-// appendQuotaChanges appends a QuotaChanged row for each change in tx through
-// store (billing_outbox_events), each as outbox.Append writes one (a fresh
-// UUIDv7, created and available at now).
-func appendQuotaChanges[TX any](ctx context.Context, store outbox.Appender[TX], tx TX, changes []QuotaChanged, now int64) error {
+// quotaChangedRows are the QuotaChanged rows of changes, each as
+// outbox.Append writes one: a fresh UUIDv7, created and available at now.
+func quotaChangedRows(changes []QuotaChanged, now int64) ([]outbox.NewRow, error) {
+	rows := make([]outbox.NewRow, 0, len(changes))
 	for _, c := range changes {
 		payload, err := json.Marshal(c)
 		if err != nil {
-			return fmt.Errorf("encode %s: %w", QuotaChangedTag, err)
+			return nil, fmt.Errorf("encode %s: %w", QuotaChangedTag, err)
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
-			return fmt.Errorf("new outbox id: %w", err)
+			return nil, fmt.Errorf("new outbox id: %w", err)
 		}
-		row := outbox.NewRow{ID: id, Tag: QuotaChangedTag, Payload: payload, CreatedAt: now}
+		rows = append(rows, outbox.NewRow{ID: id, Tag: QuotaChangedTag, Payload: payload, CreatedAt: now})
+	}
+	return rows, nil
+}
+
+// appendQuotaChanges appends a QuotaChanged row for each change in tx through
+// store (billing_outbox_events).
+func appendQuotaChanges[TX any](ctx context.Context, store outbox.Appender[TX], tx TX, changes []QuotaChanged, now int64) error {
+	rows, err := quotaChangedRows(changes, now)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
 		if err := store.Append(ctx, tx, row); err != nil {
 			return fmt.Errorf("append %s: %w", QuotaChangedTag, err)
 		}
@@ -145,20 +157,16 @@ func appendQuotaChanges[TX any](ctx context.Context, store outbox.Appender[TX], 
 }
 
 // insertQuotaChanged appends a QuotaChanged row for each change in tx
-// (billing_outbox_events), each as outbox.Append writes one (a fresh UUIDv7,
-// created and available at now), in one SQL for both dialects.
+// (billing_outbox_events), in one SQL for both dialects: the simple path's
+// inbox.Tx, which outbox.Appender does not take.
 func insertQuotaChanged(ctx context.Context, tx inbox.Tx, changes []QuotaChanged, now int64) error {
-	for _, c := range changes {
-		payload, err := json.Marshal(c)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", QuotaChangedTag, err)
-		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return fmt.Errorf("new outbox id: %w", err)
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO `+OutboxTable+` (id, event_tag, payload, created_at, available_at, attempts)
-			VALUES ($1, $2, $3, $4, $4, 0)`, id, QuotaChangedTag, string(payload), now)
+	rows, err := quotaChangedRows(changes, now)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
+		_, err := tx.Exec(ctx, `INSERT INTO `+OutboxTable+` (id, event_tag, payload, created_at, available_at, attempts)
+			VALUES ($1, $2, $3, $4, $4, 0)`, row.ID, row.Tag, string(row.Payload), row.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("append %s: %w", QuotaChangedTag, err)
 		}
