@@ -64,6 +64,9 @@ type config struct {
 	// billingDurableOnly leaves the audit durable out (NATS_CONSUMERS=billing):
 	// the interest stream then removes each message once billing acked it.
 	billingDurableOnly bool
+	// ledger, when set, runs the example consumer beside billing, subscribed to
+	// RuleActivated only (ledger_test.go); nil: billing is the only consumer.
+	ledger *ledgerConfig
 }
 
 func (c config) withDefaults() config {
@@ -111,7 +114,8 @@ type cluster struct {
 	http        *http.Client
 	// With cfg.proxied, the proxies between each service and its database.
 	labProxy, billProxy *proxytest.Proxy
-	provider            *standIn // cfg.provider: the second hop's stand-in, or nil
+	provider            *standIn    // cfg.provider: the second hop's stand-in, or nil
+	ledger              *ledgerSide // cfg.ledger: the second consumer, or nil
 
 	mu       sync.Mutex
 	requests int
@@ -195,6 +199,7 @@ func setup(t *testing.T, cfg config) *cluster {
 	if !cfg.billingDown {
 		c.billing.launch(t, cfg.billingFailpoints)
 	}
+	subscriberEnv := c.startLedger(t, natsEnv) // labeling's settings for the second consumer, if any
 	for i := range cfg.replicas {
 		name := "labeling"
 		if cfg.replicas > 1 {
@@ -207,6 +212,7 @@ func setup(t *testing.T, cfg config) *cluster {
 		})
 		maps.Copy(p.env, relayEnv(cfg))
 		maps.Copy(p.env, natsEnv)
+		maps.Copy(p.env, subscriberEnv)
 		maps.Copy(p.env, cfg.env)
 		p.launch(t, cfg.labelingFailpoints)
 		c.labeling = append(c.labeling, p)
@@ -318,6 +324,10 @@ type proc struct {
 	// afterClaimExits counts the lives that died at the relay's after-claim
 	// point: claims of a row that made no call.
 	afterClaimExits int
+	// consumer names the metrics (NAME_events_total) of a consumer other than
+	// billing (the ledger), whose duplicates are its already_applied outcomes.
+	consumer string
+	args     []string // the command line's arguments; nil: serve
 
 	mu        sync.Mutex
 	life      *proctest.Process // the latest start; nil before the first
@@ -388,7 +398,11 @@ func (p *proc) startLife(failpoints string, mayExit bool) error {
 		env["FAILPOINTS"] = failpoints
 	}
 	p.starts++
-	life := proctest.Start(p.t, p.bin, env, "serve")
+	args := p.args
+	if args == nil {
+		args = []string{"serve"}
+	}
+	life := proctest.Start(p.t, p.bin, env, args...)
 	p.t.Logf("e2e: start #%d of %s on %s (pid %d), FAILPOINTS=%q", p.starts, p.name, p.addr, life.Pid(), failpoints)
 	p.mu.Lock()
 	p.life, p.harvested = life, false
@@ -524,6 +538,10 @@ func (p *proc) harvest() {
 func (p *proc) lifeDuplicates() (int, error) {
 	if p.bin == billingBin {
 		outcomes, err := p.billingOutcomes()
+		return int(outcomes["already_applied"]), err
+	}
+	if p.consumer != "" {
+		outcomes, err := p.counter(p.consumer+"_events_total", "outcome")
 		return int(outcomes["already_applied"]), err
 	}
 	outcomes, err := p.counter("nats_publishes_total", "outcome")

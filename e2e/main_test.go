@@ -115,6 +115,7 @@ func (c *counts) summary(build, total time.Duration) string {
 	s += fmt.Sprintf("duplicates absorbed by the broker: %d (nats_publishes_total{outcome=\"duplicate\"})\n", c.brokerDuplicates)
 	s += fmt.Sprintf("second hop (billing → provider): %d scenarios; %d kills of billing, %d of the provider; %d provider calls made, %d changes applied, %d duplicates absorbed by the provider (Idempotency-Key)\n",
 		c.hop2Scenarios, c.hop2Kills, c.providerOutages, c.providerCalls, c.providerApplied, c.providerDuplicates)
+	s += ledgerTally.line()
 	s += fmt.Sprintf("longest convergence:          %s (%s)\n", c.convergence.Round(time.Millisecond), c.slowest)
 	s += fmt.Sprintf("build %s, suite %s\n", build.Round(time.Millisecond), total.Round(time.Millisecond))
 	return s
