@@ -728,6 +728,36 @@ func TestApplyStatements(t *testing.T) {
 		}
 		require.EqualValues(t, 1, *b.activeRules(t, ev.Value.OrgID))
 	})
+
+	t.Run("on the simple path a lone event is a transaction of the receipts' insert, the quota upsert and the QuotaChanged row", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t, migrations.Billing)
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		trace := &statements{}
+		cfg.ConnConfig.Tracer = trace
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		b := setup(t, onPool(pool), billing.SimplePath())
+		ev := billing.Event{ID: uuid.Must(uuid.NewV7()), Type: billing.RuleActivated, OccurredAt: 1, Value: billing.Effect{OrgID: uuid.New(), Delta: 1}}
+		applied, err := b.svc.Apply(context.Background(), ev)
+		require.NoError(t, err)
+		require.True(t, applied)
+		sent := trace.take()
+		require.Len(t, sent, 5, "%q", sent)
+		require.Equal(t, "begin", sent[0])
+		require.Contains(t, sent[1], "INSERT INTO billing_receipts")
+		require.Contains(t, sent[2], "INSERT INTO billing_quota")
+		require.Contains(t, sent[3], "INSERT INTO billing_outbox_events")
+		require.Equal(t, "commit", sent[4])
+
+		applied, err = b.svc.Apply(context.Background(), ev)
+		require.NoError(t, err)
+		require.False(t, applied)
+		require.Len(t, trace.take(), 3, "a redelivery inserts no receipt and runs no effect: begin, the receipts' insert, commit")
+		require.EqualValues(t, 1, *b.activeRules(t, ev.Value.OrgID))
+	})
 }
 
 func TestReceiptsRetention(t *testing.T) {

@@ -1,12 +1,13 @@
 package billing
 
 import (
-	"cmp"
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -29,18 +30,22 @@ const (
 )
 
 // consumer is billing on infra/inbox: its tables, handlers, effect and crash
-// points (contract section 6). outboxSQLite is billing's outbox store on
-// SQLite (nil on PostgreSQL, whose effect writes the rows in its statement);
-// nudger, if any, is woken after each commit that appended a row. With rows
-// false (no provider to call) the effect appends no QuotaChanged row, but
-// still counts each change in the org's version.
-func consumer(handlers []EventHandler, outboxSQLite outbox.Appender[sqlite.Tx], nudger outbox.Nudger, rows bool) inbox.Consumer[Effect] {
+// points (contract section 6). Its effect is quotaEffect, one Go function on
+// both dialects, and on PostgreSQL the one-statement fast path (pgEffect)
+// unless simple; nudger, if any, is woken after each commit that appended a
+// row. With rows false (no provider to call) the effect appends no
+// QuotaChanged row, but still counts each change in the org's version.
+func consumer(handlers []EventHandler, nudger outbox.Nudger, rows, simple bool) inbox.Consumer[Effect] {
+	effect := inbox.Effect[Effect]{Func: quotaEffect(rows)}
+	if !simple {
+		effect.Postgres = pgEffect(rows)
+	}
 	return inbox.Consumer[Effect]{
 		Name:       Name,
 		Receipts:   ReceiptsTable,
 		NATSFailed: NATSFailedTable,
 		Handlers:   handlers,
-		Effect:     inbox.Effect[Effect]{Postgres: pgEffect(rows), SQLite: sqliteEffect(outboxSQLite, rows)},
+		Effect:     effect,
 		Failpoints: inbox.Failpoints{
 			BeforeCommit:    failpoint.BillingEventsBeforeCommit,
 			AfterCommit:     failpoint.BillingEventsAfterCommit,
@@ -48,6 +53,59 @@ func consumer(handlers []EventHandler, outboxSQLite outbox.Appender[sqlite.Tx], 
 		},
 		Committed: appended(nudger, rows),
 	}
+}
+
+// quotaEffect is billing's effect as one Go function of the inbox's
+// transaction, on both dialects: the new events' deltas, summed per org,
+// added to billing_quota in org id order (so that two concurrent groups lock
+// quota rows in one order and never deadlock), each org's version advanced
+// by its changing events in the same upsert, under the row's lock; then,
+// with rows, a QuotaChanged row per change (quotaChanges, from the counts
+// and versions the upserts returned). One round trip per org and per row:
+// the simple path, which pgEffect fuses into the inbox's one statement.
+func quotaEffect(rows bool) inbox.EffectFunc[Effect] {
+	return func(ctx context.Context, tx inbox.Tx, fresh []Event, now time.Time) error {
+		ms := now.UnixMilli()
+		final, err := upsertQuotas(ctx, tx, fresh, ms)
+		if err != nil || !rows {
+			return err
+		}
+		return insertQuotaChanged(ctx, tx, quotaChanges(fresh, final), ms)
+	}
+}
+
+// upsertQuotas adds fresh's deltas to their orgs' quota rows, in org id
+// order, and returns each org's count and version after them.
+func upsertQuotas(ctx context.Context, tx inbox.Tx, fresh []Event, now int64) (map[uuid.UUID]orgCount, error) {
+	deltas := map[uuid.UUID]int64{}
+	changes := map[uuid.UUID]int64{}
+	for _, e := range fresh {
+		deltas[e.Value.OrgID] += e.Value.Delta
+		if changesQuota(e) {
+			changes[e.Value.OrgID]++
+		}
+	}
+	orgs := make([]uuid.UUID, 0, len(deltas))
+	for org := range deltas {
+		orgs = append(orgs, org)
+	}
+	slices.SortFunc(orgs, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	final := make(map[uuid.UUID]orgCount, len(orgs))
+	for _, org := range orgs {
+		var c orgCount
+		err := tx.QueryRow(ctx, `
+			INSERT INTO billing_quota (org_id, active_rules, updated_at, version) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (org_id) DO UPDATE
+			SET active_rules = billing_quota.active_rules + excluded.active_rules,
+			    version = billing_quota.version + excluded.version,
+			    updated_at = excluded.updated_at
+			RETURNING active_rules, version`, org, deltas[org], now, changes[org]).Scan(&c.activeRules, &c.version)
+		if err != nil {
+			return nil, fmt.Errorf("upsert quota: %w", err)
+		}
+		final[org] = c
+	}
+	return final, nil
 }
 
 // pgQuotaUpsert is effect_1: one upsert per org (ON CONFLICT DO UPDATE may
@@ -129,51 +187,6 @@ func effects(events []Event) ([]uuid.UUID, []int64) {
 		orgs[i], deltas[i] = e.Value.OrgID, e.Value.Delta
 	}
 	return orgs, deltas
-}
-
-// sqliteEffect adds the new events' deltas, summed per org, to billing_quota
-// in org id order, advancing each org's version by its changing events in the
-// same upsert (the transaction holds SQLite's one write lock), and, with rows,
-// appends their QuotaChanged rows through store (as pgEffect does, with the
-// count and version each upsert returned), in the inbox's transaction.
-func sqliteEffect(store outbox.Appender[sqlite.Tx], rows bool) func(context.Context, sqlite.Tx, []Event, int64) error {
-	return func(ctx context.Context, tx sqlite.Tx, fresh []Event, now int64) error {
-		deltas := map[uuid.UUID]int64{}
-		changes := map[uuid.UUID]int64{}
-		for _, e := range fresh {
-			deltas[e.Value.OrgID] += e.Value.Delta
-			if changesQuota(e) {
-				changes[e.Value.OrgID]++
-			}
-		}
-		orgs := make([]uuid.UUID, 0, len(deltas))
-		for org := range deltas {
-			orgs = append(orgs, org)
-		}
-		slices.SortFunc(orgs, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
-		final := make(map[uuid.UUID]orgCount, len(orgs))
-		for _, org := range orgs {
-			var c orgCount
-			err := tx.QueryRow(ctx, `
-				INSERT INTO billing_quota (org_id, active_rules, updated_at, version) VALUES (?1, ?2, ?3, ?4)
-				ON CONFLICT (org_id) DO UPDATE
-				SET active_rules = billing_quota.active_rules + excluded.active_rules,
-				    version = billing_quota.version + excluded.version,
-				    updated_at = excluded.updated_at
-				RETURNING active_rules, version`, org, deltas[org], now, changes[org]).Scan(&c.activeRules, &c.version)
-			if err != nil {
-				return err
-			}
-			final[org] = c
-		}
-		if !rows {
-			return nil
-		}
-		if store == nil {
-			return errors.New("billing: no outbox store on SQLite")
-		}
-		return appendQuotaChanges(ctx, store, tx, quotaChanges(fresh, final), now)
-	}
 }
 
 // quotaReader reads an org's active rules in a read-only transaction.

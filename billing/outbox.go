@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -137,6 +138,28 @@ func appendQuotaChanges[TX any](ctx context.Context, store outbox.Appender[TX], 
 		}
 		row := outbox.NewRow{ID: id, Tag: QuotaChangedTag, Payload: payload, CreatedAt: now}
 		if err := store.Append(ctx, tx, row); err != nil {
+			return fmt.Errorf("append %s: %w", QuotaChangedTag, err)
+		}
+	}
+	return nil
+}
+
+// insertQuotaChanged appends a QuotaChanged row for each change in tx
+// (billing_outbox_events), each as outbox.Append writes one (a fresh UUIDv7,
+// created and available at now), in one SQL for both dialects.
+func insertQuotaChanged(ctx context.Context, tx inbox.Tx, changes []QuotaChanged, now int64) error {
+	for _, c := range changes {
+		payload, err := json.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", QuotaChangedTag, err)
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("new outbox id: %w", err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+OutboxTable+` (id, event_tag, payload, created_at, available_at, attempts)
+			VALUES ($1, $2, $3, $4, $4, 0)`, id, QuotaChangedTag, string(payload), now)
+		if err != nil {
 			return fmt.Errorf("append %s: %w", QuotaChangedTag, err)
 		}
 	}

@@ -121,14 +121,29 @@ func (b *bundle) holdWrites(t *testing.T, held uuid.UUID) (release func()) {
 	return release
 }
 
+// eachPath runs fn on each dialect on billing's default path, and on
+// PostgreSQL on the simple path too (SimplePath: SQLite has only that one),
+// so that both paths pass the same cases.
+func eachPath(t *testing.T, fn func(t *testing.T, d sqldb.Dialect, path []billing.Option)) {
+	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+		fn(t, d, nil)
+		if d == sqldb.Postgres {
+			t.Run("simple path", func(t *testing.T) {
+				t.Parallel()
+				fn(t, d, []billing.Option{billing.SimplePath()})
+			})
+		}
+	})
+}
+
 func TestApplyAppendsQuotaChanged(t *testing.T) {
 	t.Parallel()
-	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
+	eachPath(t, func(t *testing.T, d sqldb.Dialect, path []billing.Option) {
 
 		t.Run("one row per fresh event with the org's count and version right after it, none for a duplicate, a nudge per commit that appended", func(t *testing.T) {
 			t.Parallel()
 			n := &nudges{}
-			b := setup(t, freshDB(t, d), billing.NudgeOnAppend(n))
+			b := setup(t, freshDB(t, d), append(path, billing.NudgeOnAppend(n))...)
 			a, c := uuid.New(), uuid.New()
 			evs := []billing.Event{changeOf(a, 1), changeOf(a, 1), changeOf(c, 1), changeOf(a, -1), changeOf(c, 0), changeOf(c, -1)}
 			for _, e := range evs {
@@ -156,7 +171,7 @@ func TestApplyAppendsQuotaChanged(t *testing.T) {
 		t.Run("a group appends one row per event, two events of one org each with its own count", func(t *testing.T) {
 			t.Parallel()
 			n := &nudges{}
-			b := setup(t, freshDB(t, d), billing.NudgeOnAppend(n))
+			b := setup(t, freshDB(t, d), append(path, billing.NudgeOnAppend(n))...)
 			if d == sqldb.Postgres {
 				b.logTransactions(t)
 			}
@@ -209,7 +224,7 @@ func TestApplyAppendsQuotaChanged(t *testing.T) {
 		t.Run("a rolled-back apply appends nothing and wakes nobody", func(t *testing.T) {
 			t.Parallel()
 			n := &nudges{}
-			b := setup(t, freshDB(t, d), billing.NudgeOnAppend(n))
+			b := setup(t, freshDB(t, d), append(path, billing.NudgeOnAppend(n))...)
 			if d == sqldb.Postgres {
 				// At COMMIT, after the receipt, the quota and the outbox row are written.
 				b.failAtCommit(t, "P0001", -1)

@@ -11,7 +11,6 @@ import (
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
-	"github.com/acme/outboxpair/infra/sqlite"
 )
 
 // DefaultApplyGroupMax is the group size a Service uses when none is given
@@ -41,6 +40,18 @@ type settings struct {
 	inbox    []inbox.Option
 	nudger   outbox.Nudger
 	noRows   bool
+	simple   bool
+}
+
+// SimplePath makes billing apply events on the simple path on PostgreSQL too:
+// its effect as one Go function of the inbox's transaction (quotaEffect, a
+// round trip per org and per QuotaChanged row), as on SQLite, instead of the
+// inbox's one statement (the fast path, billing's default there). The result
+// is the same, row for row; the drain differs (BENCHMARKS.md). For the
+// benchmark of the two paths in one sitting, and for a team that compares
+// them on its own load.
+func SimplePath() Option {
+	return func(s *settings) { s.simple = true }
 }
 
 // NudgeOnAppend makes the Service wake n (billing's outbox relay) after each
@@ -81,12 +92,8 @@ func NewService(db sqldb.DB, logger *slog.Logger, opts ...Option) *Service {
 	if s.handlers == nil {
 		s.handlers = Events()
 	}
-	var outboxSQLite outbox.Appender[sqlite.Tx]
-	if lite, ok := db.(*sqlite.DB); ok {
-		outboxSQLite = outbox.NewSQLiteStore(lite, outbox.WithTable(OutboxTable))
-	}
 	return &Service{
-		Inbox: inbox.New(db, logger, consumer(s.handlers, outboxSQLite, s.nudger, !s.noRows), s.inbox...),
+		Inbox: inbox.New(db, logger, consumer(s.handlers, s.nudger, !s.noRows, s.simple), s.inbox...),
 		quota: readQuota(database.Pick(db, quotaReaders)),
 	}
 }

@@ -7,3 +7,6 @@ const Enabled = false
 
 // Inject is a no-op in a normal build.
 func Inject(string) error { return nil }
+
+// Armed is false in a normal build: no point is ever armed.
+func Armed(string) bool { return false }

@@ -52,3 +52,8 @@ func mustParse(spec string) map[string]*action {
 	}
 	return m
 }
+
+// Armed reports whether FAILPOINTS arms the point called name: a caller may
+// skip the work of reaching a point that nothing arms (the inbox's explicit
+// transaction around its one statement).
+func Armed(name string) bool { return armed[name] != nil }

@@ -18,8 +18,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/example/ledger"
 	"github.com/acme/outboxpair/infra/database"
-	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/web"
@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// child delivers one Credited event of "open" to the ledger on url through
+// child delivers one RuleActivated event of the org "open" to the ledger on url through
 // its HTTP intake and prints the status, unless a failpoint kills it first.
 func child(url, event string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -58,7 +58,7 @@ func child(url, event string) int {
 	}
 	defer db.Close()
 	logger := slog.New(slog.DiscardHandler)
-	in, err := inbox.NewIntake(inbox.New(db, logger, ledger("ledger_child")), inboxtest.Token, "")
+	in, err := inbox.NewIntake(inbox.New(db, logger, ledgerConsumer("ledger_child")), inboxtest.Token, "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -66,7 +66,7 @@ func child(url, event string) int {
 	e := web.New(logger, db)
 	e.POST(inboxtest.Path, in.Deliver)
 	rec := httptest.NewRecorder()
-	e.ServeHTTP(rec, inboxtest.Request(credit(uuid.MustParse(event), "open", 3)))
+	e.ServeHTTP(rec, inboxtest.Request(activation(uuid.MustParse(event), "open")))
 	fmt.Printf("status %d\n", rec.Code)
 	return 0
 }
@@ -100,9 +100,9 @@ func TestLedgerCrashPoints(t *testing.T) {
 			status    string // the child's answer, when it was not killed
 			committed bool   // the receipt and the entry are there after the child
 		}{
-			{"killed before the commit: neither the receipt nor the entry", failpoint.BillingEventsBeforeCommit + "=exit", true, "", false},
-			{"an error before the commit: 500, neither the receipt nor the entry", failpoint.BillingEventsBeforeCommit + "=error", false, "status 500", false},
-			{"killed after the commit, before the answer: both, once", failpoint.BillingEventsAfterCommit + "=exit", true, "", true},
+			{"killed before the commit: neither the receipt nor the entry", ledger.FailpointBeforeCommit + "=exit", true, "", false},
+			{"an error before the commit: 500, neither the receipt nor the entry", ledger.FailpointBeforeCommit + "=error", false, "status 500", false},
+			{"killed after the commit, before the answer: both, once", ledger.FailpointAfterCommit + "=exit", true, "", true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -122,7 +122,7 @@ func TestLedgerCrashPoints(t *testing.T) {
 
 				// The sender's redelivery applies the event exactly once.
 				for range 2 {
-					require.Equal(t, http.StatusNoContent, env.Deliver(t, credit(id, "open", 3)).Code)
+					require.Equal(t, http.StatusNoContent, env.Deliver(t, activation(id, "open")).Code)
 				}
 				require.Equal(t, 1, receipts(t, env, id))
 				require.Equal(t, 1, entries(t, env, id))

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/example/ledger"
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
@@ -19,8 +20,8 @@ import (
 	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
 )
 
-// ledgerSubject is where a Credited event would be published.
-const ledgerSubject = "labeling.events." + credited
+// ledgerSubject is where a RuleActivated event is published.
+const ledgerSubject = "labeling.events." + ledger.EventType
 
 // signed is a first delivery of body at seq, signed with key as labeling signs.
 func signed(key string, seq uint64, id uuid.UUID, body string) stream.Message {
@@ -40,14 +41,14 @@ func TestLedgerNATS(t *testing.T) {
 			require.NoError(t, err)
 			ctx := context.Background()
 			id := uuid.Must(uuid.NewV7())
-			m := signed(inboxtest.Token, 1, id, credit(id, "open", 4))
+			m := signed(inboxtest.Token, 1, id, activation(id, "open"))
 			require.NoError(t, handle(ctx, m))
 			m.Delivered = 2
 			require.NoError(t, handle(ctx, m), "a redelivery is acked, applying nothing")
 			require.Equal(t, 1, entries(t, env, id))
 
 			forged := uuid.Must(uuid.NewV7())
-			err = handle(ctx, signed("not-the-token", 2, forged, credit(forged, "open", 4)))
+			err = handle(ctx, signed("not-the-token", 2, forged, activation(forged, "open")))
 			require.True(t, stream.IsTerminal(err), "%v", err)
 			require.Zero(t, entries(t, env, forged))
 			records, err := env.Inbox.ListNATSFailed(ctx)
@@ -64,7 +65,7 @@ func TestLedgerNATS(t *testing.T) {
 			require.NoError(t, err)
 			ctx := context.Background()
 			id := uuid.Must(uuid.NewV7())
-			m := signed(inboxtest.Token, 1, id, credit(id, "later", 9))
+			m := signed(inboxtest.Token, 1, id, activation(id, "later"))
 			err = handle(ctx, m)
 			require.Error(t, err)
 			require.False(t, stream.IsTerminal(err), "naked: it may apply later")
@@ -72,7 +73,7 @@ func TestLedgerNATS(t *testing.T) {
 			require.True(t, stream.IsTerminal(handle(ctx, m)), "recorded at NATS_MAX_DELIVERIES")
 			require.Zero(t, receipts(t, env, id))
 
-			env.DB.Exec(t, `INSERT INTO ledger_accounts (account) VALUES ('later')`)
+			openOrg(t, env.DB, "later")
 			keys := [][]byte{[]byte(inboxtest.Token)}
 			for _, want := range []int{1, 0} {
 				rep, err := env.Inbox.ReplayNATSFailed(ctx, keys, nil)
@@ -118,7 +119,7 @@ func TestLedgerOverJetStream(t *testing.T) {
 		ids := make([]uuid.UUID, 3)
 		for i := range ids {
 			ids[i] = uuid.Must(uuid.NewV7())
-			m := outbox.Message{ID: ids[i], Tag: credited, Payload: json.RawMessage(`{"account":"open","amount":2}`),
+			m := outbox.Message{ID: ids[i], Tag: ledger.EventType, Payload: json.RawMessage(activationPayload("open")),
 				CreatedAt: time.Now().UnixMilli(), Attempt: 1}
 			require.Eventually(t, func() bool {
 				pctx, cancel := context.WithTimeout(ctx, time.Second)

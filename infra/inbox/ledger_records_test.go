@@ -8,12 +8,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/example/ledger"
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
-	"github.com/acme/outboxpair/migrations"
 )
 
 // TestLedgerNATSFailedBound: the bound of the NATS-failed table costs what it
@@ -34,13 +34,13 @@ func TestLedgerNATSFailedBound(t *testing.T) {
 			// past the bound, never dropped.
 			for i := range 40 {
 				id := uuid.Must(uuid.NewV7())
-				m := signed(inboxtest.Token, uint64(i+1), uuid.New(), credit(id, "open", 1))
+				m := signed(inboxtest.Token, uint64(i+1), uuid.New(), activation(id, "open"))
 				require.True(t, stream.IsTerminal(handle(ctx, m)))
 			}
 			require.Zero(t, verifications, "no unverified record to read")
 			for i := range 30 {
 				id := uuid.Must(uuid.NewV7())
-				require.True(t, stream.IsTerminal(handle(ctx, signed("a-forger", uint64(100+i), id, credit(id, "open", 1)))))
+				require.True(t, stream.IsTerminal(handle(ctx, signed("a-forger", uint64(100+i), id, activation(id, "open")))))
 			}
 			require.Equal(t, 30, verifications, "each prune read the one forged record it dropped, no verified one")
 			require.Equal(t, 40, env.DB.Count(t, `SELECT count(*) FROM ledger_nats_failed`))
@@ -57,7 +57,7 @@ func TestLedgerNATSFailedBound(t *testing.T) {
 			require.NoError(t, err)
 			for i := range 3 {
 				id := uuid.Must(uuid.NewV7())
-				require.True(t, stream.IsTerminal(old(ctx, signed(inboxtest.Token, uint64(i+1), id, credit(id, "open", 1)))))
+				require.True(t, stream.IsTerminal(old(ctx, signed(inboxtest.Token, uint64(i+1), id, activation(id, "open")))))
 			}
 			require.Equal(t, 3, env.DB.Count(t, `SELECT count(*) FROM ledger_nats_failed WHERE NOT verified`))
 
@@ -67,7 +67,7 @@ func TestLedgerNATSFailedBound(t *testing.T) {
 			require.NoError(t, err)
 			for i := range 2 {
 				id := uuid.Must(uuid.NewV7())
-				require.True(t, stream.IsTerminal(handle(ctx, signed("a-forger", uint64(10+i), id, credit(id, "open", 1)))))
+				require.True(t, stream.IsTerminal(handle(ctx, signed("a-forger", uint64(10+i), id, activation(id, "open")))))
 			}
 			require.Equal(t, 3, env.DB.Count(t, `SELECT count(*) FROM ledger_nats_failed`), "the three kept, the forged dropped")
 			require.Zero(t, env.DB.Count(t, `SELECT count(*) FROM ledger_nats_failed WHERE NOT verified`))
@@ -91,7 +91,7 @@ func TestLedgerReplayBatches(t *testing.T) {
 			// applied, but its records' delete never commits.
 			var mu sync.Mutex
 			var commits int
-			c := ledger("ledger_batches_" + string(d))
+			c := ledgerConsumer("ledger_batches_" + string(d))
 			c.Committed = func([]inbox.Event[entry]) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -99,9 +99,9 @@ func TestLedgerReplayBatches(t *testing.T) {
 					cancel()
 				}
 			}
-			db := dbtest.New(t, d, migrations.Billing)
+			db := dbtest.New(t, d, ledger.Migrations)
 			ledgerTables(t, db)
-			db.Exec(t, `INSERT INTO ledger_accounts (account) VALUES ('open')`)
+			openOrg(t, db, "open")
 			env := inboxtest.New(t, db, c)
 			wrong, err := env.Inbox.NATSHandler(inbox.NATSConfig{Key: []byte("not-the-token")})
 			require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestLedgerReplayBatches(t *testing.T) {
 			for i := range 6 {
 				id := uuid.Must(uuid.NewV7())
 				events = append(events, id)
-				require.True(t, stream.IsTerminal(wrong(context.Background(), signed(inboxtest.Token, uint64(i+1), id, credit(id, "open", 1)))))
+				require.True(t, stream.IsTerminal(wrong(context.Background(), signed(inboxtest.Token, uint64(i+1), id, activation(id, "open")))))
 			}
 			records, err := env.Inbox.ListNATSFailed(context.Background())
 			require.NoError(t, err)

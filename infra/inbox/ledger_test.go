@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -12,123 +11,88 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/failpoint"
+	"github.com/acme/outboxpair/example/ledger"
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
-	"github.com/acme/outboxpair/migrations"
 )
 
-// The ledger is a second consumer, defined here and nowhere else: it proves
-// that infra/inbox is reusable with no copy of billing's code. Where billing
-// adds a delta to a counter per org, the ledger appends one row per event to a
+// The ledger is a second consumer, example/ledger, the package
+// docs/adopting.md walks through: it proves that infra/inbox is reusable with
+// no copy of billing's code, on its Go-function effect (Effect.Func) where
+// billing takes the PostgreSQL fast path. Where billing adds a delta to a
+// counter per org, the ledger appends one row per RuleActivated event to a
 // table of its own (ledger_entries), with its own receipts (ledger_receipts)
-// and dead letters (ledger_nats_failed). Its effect refuses an entry for an
-// account not in ledger_accounts (a trigger), which is how a test makes the
-// effect fail, and later succeed, on both dialects.
+// and dead letters (ledger_nats_failed). These tests add a trigger of their
+// own that refuses an entry for an org not in ledger_open_orgs, which is how
+// a test makes the effect fail, and later succeed, on both dialects.
 
-// entry is what a Credited event does: one row of ledger_entries.
-type entry struct {
-	Account string
-	Amount  int64
+// entry is what a RuleActivated event does to the ledger.
+type entry = ledger.Entry
+
+// org is the org a test names: a fixed id per name.
+func org(name string) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("ledger-test-org-"+name))
 }
 
-// creditPayload is the part of a Credited event the ledger reads.
-type creditPayload struct {
-	Account *string `json:"account"`
-	Amount  *int64  `json:"amount"`
+// ledgerConsumer is the example's consumer with metrics named name (each
+// test its own, so that parallel tests do not share series).
+func ledgerConsumer(name string) inbox.Consumer[entry] {
+	c := ledger.Consumer()
+	c.Name = name
+	return c
 }
 
-const credited = "Credited"
-
-// ledger is the consumer; name names its metrics (each test its own, so that
-// parallel tests do not share series).
-func ledger(name string) inbox.Consumer[entry] {
-	return inbox.Consumer[entry]{
-		Name:       name,
-		Receipts:   "ledger_receipts",
-		NATSFailed: "ledger_nats_failed",
-		Handlers: []inbox.Handler[entry]{inbox.Handle(credited, func(p creditPayload) (entry, error) {
-			if p.Account == nil || *p.Account == "" || p.Amount == nil {
-				return entry{}, errors.New("account and amount are required")
-			}
-			return entry{Account: *p.Account, Amount: *p.Amount}, nil
-		})},
-		Effect: inbox.Effect[entry]{
-			Postgres: inbox.PostgresEffect[entry]{
-				Columns: []string{"account text", "amount bigint"},
-				Args: func(events []inbox.Event[entry]) []any {
-					accounts := make([]string, len(events))
-					amounts := make([]int64, len(events))
-					for i, e := range events {
-						accounts[i], amounts[i] = e.Value.Account, e.Value.Amount
-					}
-					return []any{accounts, amounts}
-				},
-				Statements: []string{`INSERT INTO ledger_entries (event_id, account, amount, created_at)
-					SELECT event_id, account, amount, $1 FROM applied ORDER BY event_id`},
-			},
-			SQLite: func(ctx context.Context, tx sqlite.Tx, fresh []inbox.Event[entry], now int64) error {
-				for _, e := range fresh {
-					if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (event_id, account, amount, created_at) VALUES (?1, ?2, ?3, ?4)`,
-						e.ID, e.Value.Account, e.Value.Amount, now); err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		// The same crash points as billing's (contract section 6), passed by
-		// the inbox for any consumer that names them.
-		Failpoints: inbox.Failpoints{
-			BeforeCommit:    failpoint.BillingEventsBeforeCommit,
-			AfterCommit:     failpoint.BillingEventsAfterCommit,
-			NATSAfterCommit: failpoint.BillingNATSAfterCommit,
-		},
-	}
-}
-
-// ledgerTables creates the ledger's own tables beside its receipts and dead
-// letters: its entries, and the accounts an entry needs (the trigger).
+// ledgerTables adds the test's trigger to a database the ledger's migrations
+// made: an entry needs its org in ledger_open_orgs.
 func ledgerTables(t testing.TB, db *dbtest.DB) {
 	t.Helper()
-	inboxtest.Tables(t, db, "ledger_receipts", "ledger_nats_failed")
 	if db.Dialect() == sqldb.SQLite {
-		db.Exec(t, `CREATE TABLE ledger_accounts (account TEXT PRIMARY KEY)`)
-		db.Exec(t, `CREATE TABLE ledger_entries (event_id TEXT PRIMARY KEY, account TEXT NOT NULL, amount INTEGER NOT NULL, created_at INTEGER NOT NULL)`)
+		db.Exec(t, `CREATE TABLE ledger_open_orgs (org_id TEXT PRIMARY KEY)`)
 		db.Exec(t, `CREATE TRIGGER ledger_open BEFORE INSERT ON ledger_entries
-			WHEN NOT EXISTS (SELECT 1 FROM ledger_accounts WHERE account = NEW.account)
-			BEGIN SELECT RAISE(ABORT, 'account closed'); END`)
+			WHEN NOT EXISTS (SELECT 1 FROM ledger_open_orgs WHERE org_id = NEW.org_id)
+			BEGIN SELECT RAISE(ABORT, 'org closed'); END`)
 		return
 	}
-	db.Exec(t, `CREATE TABLE ledger_accounts (account text PRIMARY KEY)`)
-	db.Exec(t, `CREATE TABLE ledger_entries (event_id uuid PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL, created_at bigint NOT NULL)`)
+	db.Exec(t, `CREATE TABLE ledger_open_orgs (org_id uuid PRIMARY KEY)`)
 	db.Exec(t, `CREATE FUNCTION ledger_open() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NOT EXISTS (SELECT 1 FROM ledger_accounts WHERE account = NEW.account) THEN
-				RAISE EXCEPTION 'account closed';
+			IF NOT EXISTS (SELECT 1 FROM ledger_open_orgs WHERE org_id = NEW.org_id) THEN
+				RAISE EXCEPTION 'org closed';
 			END IF;
 			RETURN NEW;
 		END $$`)
 	db.Exec(t, `CREATE TRIGGER ledger_open BEFORE INSERT ON ledger_entries FOR EACH ROW EXECUTE FUNCTION ledger_open()`)
 }
 
-// setupLedger is the ledger on a fresh database of dialect d, its accounts
-// "open" and "other" open, with metrics named name: the one setup of this
-// file's tests.
-func setupLedger(t testing.TB, d sqldb.Dialect, name string, opts ...inbox.Option) *inboxtest.Env[entry] {
+// openOrg lets entries of the org named name in.
+func openOrg(t testing.TB, db *dbtest.DB, name string) {
 	t.Helper()
-	db := dbtest.New(t, d, migrations.Billing) // a migrated database; the ledger's tables are its own
-	ledgerTables(t, db)
-	db.Exec(t, `INSERT INTO ledger_accounts (account) VALUES ('open'), ('other')`)
-	return inboxtest.New(t, db, ledger(name), opts...)
+	db.Exec(t, `INSERT INTO ledger_open_orgs (org_id) VALUES ($1)`, org(name).String())
 }
 
-// credit is the envelope of a Credited event.
-func credit(id uuid.UUID, account string, amount int64) string {
-	return inboxtest.Envelope(id, credited, fmt.Sprintf(`{"account":%q,"amount":%d}`, account, amount))
+// setupLedger is the ledger on a fresh database of dialect d migrated by its
+// own migrations, orgs "open" and "other" open, with metrics named name: the
+// one setup of this file's tests.
+func setupLedger(t testing.TB, d sqldb.Dialect, name string, opts ...inbox.Option) *inboxtest.Env[entry] {
+	t.Helper()
+	db := dbtest.New(t, d, ledger.Migrations)
+	ledgerTables(t, db)
+	openOrg(t, db, "open")
+	openOrg(t, db, "other")
+	return inboxtest.New(t, db, ledgerConsumer(name), opts...)
+}
+
+// activation is the envelope of a RuleActivated event of the org named name.
+func activation(id uuid.UUID, name string) string {
+	return inboxtest.Envelope(id, ledger.EventType, activationPayload(name))
+}
+
+// activationPayload is a RuleActivated payload of the org named name.
+func activationPayload(name string) string {
+	return fmt.Sprintf(`{"orgId":%q,"ruleId":%q}`, org(name), uuid.New())
 }
 
 // entries is how many ledger_entries rows event id has.
@@ -152,24 +116,24 @@ func TestLedgerDelivery(t *testing.T) {
 			env := setupLedger(t, d, "ledger_delivery_"+string(d))
 			id := uuid.Must(uuid.NewV7())
 			for range 3 {
-				rec := env.Deliver(t, credit(id, "open", 5))
+				rec := env.Deliver(t, activation(id, "open"))
 				require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 			}
 			require.Equal(t, 1, entries(t, env, id))
 			require.Equal(t, 1, receipts(t, env, id))
-			var amount int64
-			require.NoError(t, env.DB.QueryRow(`SELECT amount FROM ledger_entries WHERE event_id = $1`, id.String()).Scan(&amount))
-			require.EqualValues(t, 5, amount)
+			var orgID string
+			require.NoError(t, env.DB.QueryRow(`SELECT org_id FROM ledger_entries WHERE event_id = $1`, id.String()).Scan(&orgID))
+			require.Equal(t, org("open").String(), orgID)
 		})
 
 		t.Run("a type the ledger has no handler for is 501 and writes nothing; a bad payload is 400", func(t *testing.T) {
 			t.Parallel()
 			env := setupLedger(t, d, "ledger_refused_"+string(d))
 			id := uuid.Must(uuid.NewV7())
-			rec := env.Deliver(t, inboxtest.Envelope(id, "RuleActivated", `{"orgId":"x"}`))
+			rec := env.Deliver(t, inboxtest.Envelope(id, "RuleDeactivated", activationPayload("open")))
 			require.Equal(t, http.StatusNotImplemented, rec.Code, rec.Body.String())
 			require.Contains(t, rec.Body.String(), "not handled by ledger_refused_")
-			rec = env.Deliver(t, inboxtest.Envelope(id, credited, `{"account":"open"}`))
+			rec = env.Deliver(t, inboxtest.Envelope(id, ledger.EventType, fmt.Sprintf(`{"orgId":%q}`, org("open"))))
 			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
 			require.Zero(t, receipts(t, env, id))
 			require.Zero(t, env.DB.Count(t, `SELECT count(*) FROM ledger_entries`))
@@ -179,7 +143,7 @@ func TestLedgerDelivery(t *testing.T) {
 			t.Parallel()
 			env := setupLedger(t, d, "ledger_token_"+string(d))
 			id := uuid.Must(uuid.NewV7())
-			rec := env.Deliver(t, credit(id, "open", 1), func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") })
+			rec := env.Deliver(t, activation(id, "open"), func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") })
 			require.Equal(t, http.StatusUnauthorized, rec.Code)
 			require.Equal(t, `Bearer realm="ledger_token_`+string(d)+`"`, rec.Header().Get("WWW-Authenticate"))
 			require.Zero(t, receipts(t, env, id))
@@ -195,14 +159,14 @@ func TestLedgerEffectFailure(t *testing.T) {
 			t.Parallel()
 			env := setupLedger(t, d, "ledger_fail_"+string(d))
 			id := uuid.Must(uuid.NewV7())
-			rec := env.Deliver(t, credit(id, "later", 7))
+			rec := env.Deliver(t, activation(id, "later"))
 			require.Equal(t, http.StatusInternalServerError, rec.Code, rec.Body.String())
 			require.Zero(t, receipts(t, env, id), "no receipt without its effect")
 			require.Zero(t, entries(t, env, id))
 
-			env.DB.Exec(t, `INSERT INTO ledger_accounts (account) VALUES ('later')`)
+			openOrg(t, env.DB, "later")
 			for range 2 {
-				require.Equal(t, http.StatusNoContent, env.Deliver(t, credit(id, "later", 7)).Code)
+				require.Equal(t, http.StatusNoContent, env.Deliver(t, activation(id, "later")).Code)
 			}
 			require.Equal(t, 1, entries(t, env, id))
 			require.Equal(t, 1, receipts(t, env, id))
@@ -319,10 +283,10 @@ func hold(t testing.TB, env *inboxtest.Env[entry]) (release func()) {
 	return release
 }
 
-// apply applies a Credited event of account through the inbox.
+// apply applies a RuleActivated event of the org named account through the inbox.
 func apply(env *inboxtest.Env[entry], id uuid.UUID, account string) (bool, error) {
-	return env.Inbox.Apply(context.Background(), inbox.Event[entry]{ID: id, Type: credited, OccurredAt: time.Now().UnixMilli(),
-		Value: entry{Account: account, Amount: 1}})
+	return env.Inbox.Apply(context.Background(), inbox.Event[entry]{ID: id, Type: ledger.EventType, OccurredAt: time.Now().UnixMilli(),
+		Value: entry{OrgID: org(account), RuleID: uuid.New()}})
 }
 
 // applyAsync is apply in the background; its error arrives on the channel.

@@ -101,11 +101,19 @@ func bind[V any](db sqldb.DB, c *Consumer[V]) dialect[V] {
 	return database.Pick(db, database.Dialects[dialect[V]]{
 		Postgres: func(d *postgres.DB) dialect[V] {
 			s := pgStore{pool: d.Pool, t: t}
-			return dialect[V]{store: s, apply: pgApply(d, s, c.Effect.Postgres), write: writer[postgres.Tx](d, s)}
+			apply := pgFuncApply(d, s, c.Effect.Func)
+			if c.Effect.fastPath() {
+				apply = pgApply(d, s, c.Effect.Postgres)
+			}
+			return dialect[V]{store: s, apply: apply, write: writer[postgres.Tx](d, s)}
 		},
 		SQLite: func(d *sqlite.DB) dialect[V] {
 			s := sqliteStore{db: d, t: t}
-			return dialect[V]{store: s, apply: sqliteApply(d, s, c.Effect.SQLite), write: writer[sqlite.Tx](d, s)}
+			effect := c.Effect.SQLite
+			if effect == nil {
+				effect = sqliteFunc(c.Effect.Func)
+			}
+			return dialect[V]{store: s, apply: sqliteApply(d, s, effect), write: writer[sqlite.Tx](d, s)}
 		},
 	})
 }

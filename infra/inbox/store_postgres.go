@@ -1,9 +1,12 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -79,6 +82,50 @@ func pgApply[V any](db *postgres.DB, s pgStore, e PostgresEffect[V]) applyFunc[V
 				return err
 			}
 			return beforeCommit()
+		})
+		return fresh, err
+	}
+}
+
+// pgFuncApply applies a group with a Go effect (EffectFunc): in one
+// transaction, the receipts inserted by one statement in event id order (a
+// duplicate waits on the other transaction's uncommitted receipt, and two
+// groups lock receipts in one order), then fn with the events whose receipt
+// is new, in event id order, then beforeCommit. Two round trips at least
+// where the fast path (pgApply) has one.
+func pgFuncApply[V any](db *postgres.DB, s pgStore, fn EffectFunc[V]) applyFunc[V] {
+	q := `INSERT INTO ` + s.t.receipts + ` (event_id, created_at)
+		SELECT event_id, $1 FROM unnest($2::uuid[]) AS inbox_events (event_id) ORDER BY event_id
+		ON CONFLICT DO NOTHING
+		RETURNING event_id`
+	return func(ctx context.Context, events []Event[V], now int64, beforeCommit func() error) (map[uuid.UUID]bool, error) {
+		sorted := slices.Clone(events)
+		slices.SortFunc(sorted, func(a, b Event[V]) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+		ids := make([]uuid.UUID, len(sorted))
+		for i, e := range sorted {
+			ids[i] = e.ID
+		}
+		var fresh map[uuid.UUID]bool
+		err := db.InTx(ctx, sqldb.TxOptions{}, func(tx postgres.Tx) error {
+			var err error
+			if fresh, err = pgRun(ctx, tx, q, []any{now, ids}); err != nil {
+				return err
+			}
+			applied := make([]Event[V], 0, len(fresh))
+			for _, e := range sorted {
+				if fresh[e.ID] {
+					applied = append(applied, e)
+				}
+			}
+			if len(applied) > 0 {
+				if err := fn(ctx, pgTx{tx}, applied, time.UnixMilli(now)); err != nil {
+					return fmt.Errorf("apply events: %w", err)
+				}
+			}
+			if beforeCommit != nil {
+				return beforeCommit()
+			}
+			return nil
 		})
 		return fresh, err
 	}

@@ -140,14 +140,21 @@ func TestConsumerChecked(t *testing.T) {
 	for name, edit := range map[string]func(*inbox.Consumer[entry]){
 		"a table name that is no identifier": func(c *inbox.Consumer[entry]) { c.Receipts = "x; DROP TABLE y" },
 		"no handlers":                        func(c *inbox.Consumer[entry]) { c.Handlers = nil },
-		"an effect missing for a dialect":    func(c *inbox.Consumer[entry]) { c.Effect.SQLite = nil },
+		"no effect":                          func(c *inbox.Consumer[entry]) { c.Effect = inbox.Effect[entry]{} },
+		"an effect missing for a dialect": func(c *inbox.Consumer[entry]) {
+			c.Effect = inbox.Effect[entry]{SQLite: func(context.Context, sqlite.Tx, []inbox.Event[entry], int64) error { return nil }}
+		},
 		"an effect statement reading every event": func(c *inbox.Consumer[entry]) {
-			c.Effect.Postgres.Statements = []string{`INSERT INTO t SELECT * FROM inbox_events`}
+			c.Effect.Postgres = inbox.PostgresEffect[entry]{Args: func([]inbox.Event[entry]) []any { return nil },
+				Statements: []string{`INSERT INTO t SELECT * FROM inbox_events`}}
+		},
+		"a fast path without its Args": func(c *inbox.Consumer[entry]) {
+			c.Effect.Postgres = inbox.PostgresEffect[entry]{Statements: []string{`SELECT 1`}}
 		},
 		"two handlers of one type":      func(c *inbox.Consumer[entry]) { c.Handlers = append(c.Handlers, c.Handlers[0]) },
 		"a handler not built by Handle": func(c *inbox.Consumer[entry]) { c.Handlers = []inbox.Handler[entry]{{}} },
 	} {
-		c := ledger("ledger_checked")
+		c := ledgerConsumer("ledger_checked")
 		edit(&c)
 		require.Panics(t, func() { inbox.New(db.DB, nil, c) }, name)
 	}

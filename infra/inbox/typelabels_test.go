@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/example/ledger"
 	"github.com/acme/outboxpair/infra/inbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
@@ -22,7 +23,6 @@ import (
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
-	"github.com/acme/outboxpair/migrations"
 )
 
 // unknownTypes reads NAME_events_total{outcome="unknown_type"}, by type label.
@@ -55,10 +55,10 @@ func TestUnhandledTypeLabels(t *testing.T) {
 		t.Run("a well-formed type without a handler is counted and logged under its name, up to 32; the 33rd and a malformed one are other", func(t *testing.T) {
 			t.Parallel()
 			name := "ledger_types_" + string(d)
-			db := dbtest.New(t, d, migrations.Billing)
+			db := dbtest.New(t, d, ledger.Migrations)
 			ledgerTables(t, db)
 			var logs proctest.Buffer
-			ib := inbox.New(db.DB, slog.New(slog.NewJSONHandler(&logs, nil)), ledger(name))
+			ib := inbox.New(db.DB, slog.New(slog.NewJSONHandler(&logs, nil)), ledgerConsumer(name))
 			in, err := inbox.NewIntake(ib, inboxtest.Token, "")
 			require.NoError(t, err)
 			e := web.New(slog.New(slog.DiscardHandler), db.DB)
