@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
@@ -77,7 +78,17 @@ type ConsoleRow struct {
 	Attempts                            int
 	LastError                           string
 	Trace                               string
-	Claimed                             bool // claimed_until is in the future: a relay holds it now
+	Claimed                             bool   // claimed_until is in the future: a relay holds it now
+	Subscriber                          string // the row's subscriber column ('' billing's)
+}
+
+// SubscriberName is who the row delivers to: billing for the default
+// subscriber (BILLING_URL), a name of SUBSCRIBERS otherwise.
+func (x ConsoleRow) SubscriberName() string {
+	if x.Subscriber == outbox.DefaultSubscriber {
+		return "billing"
+	}
+	return x.Subscriber
 }
 
 type scanner interface {
@@ -213,13 +224,13 @@ type failedFilter struct {
 	AfterID    *uuid.UUID
 }
 
-const rowColumns = `id::text, event_tag, payload::text, created_at, available_at, claimed_until, processed_at, failed_at, attempts, coalesce(last_error, ''), coalesce(trace_context::text, '')`
+const rowColumns = `id::text, event_tag, payload::text, created_at, available_at, claimed_until, processed_at, failed_at, attempts, coalesce(last_error, ''), coalesce(trace_context::text, ''), subscriber`
 
 func scanRow(r scanner, now int64) (ConsoleRow, error) {
 	var x ConsoleRow
 	var claimed, processed, failed sql.NullInt64
 	var id string
-	if err := r.Scan(&id, &x.Tag, &x.Payload, &x.CreatedAt, &x.AvailableAt, &claimed, &processed, &failed, &x.Attempts, &x.LastError, &x.Trace); err != nil {
+	if err := r.Scan(&id, &x.Tag, &x.Payload, &x.CreatedAt, &x.AvailableAt, &claimed, &processed, &failed, &x.Attempts, &x.LastError, &x.Trace, &x.Subscriber); err != nil {
 		return x, err
 	}
 	u, err := uuid.Parse(id)

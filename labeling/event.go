@@ -46,6 +46,16 @@ func Subscribers(events []Publication, send outbox.Handler) []outbox.Subscriber 
 	return subs
 }
 
+// Tags are the tags of events, in their order: the types a subscriber may
+// ask for (SUBSCRIBER_<NAME>_TYPES).
+func Tags(events []Publication) []string {
+	tags := make([]string, len(events))
+	for i, publish := range events {
+		tags[i] = publish(nil).Tag
+	}
+	return tags
+}
+
 // Event tags, the event_tag of their outbox rows and the "type" billing
 // receives: a type billing has no handler for is answered 501 and retried.
 const (

@@ -10,8 +10,8 @@ import (
 // Module provides the use cases (with the stores of the database's dialect)
 // and the handlers, and registers the routes on the app's echo instance. The
 // app supplies the sqldb.DB, an outbox.Nudger, *echo.Echo and the *auth.Guard
-// of its org routes.
+// of its org routes, and, to fan out, []outbox.Route.
 var Module = fx.Module("labeling",
-	fx.Provide(NewService, NewHandler),
+	fx.Provide(fx.Annotate(NewService, fx.ParamTags(``, ``, `optional:"true"`)), NewHandler),
 	fx.Invoke(func(e *echo.Echo, h *Handler, g *auth.Guard) { h.Register(e, g) }),
 )

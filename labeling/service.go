@@ -31,9 +31,10 @@ type Service struct {
 // NewService returns the use cases over db (the DB infra/database opened),
 // with the rules store and the outbox append of db's dialect, picked once
 // here. nudger is woken after every commit that appended an event (the relay,
-// or a test's counter).
-func NewService(db sqldb.DB, nudger outbox.Nudger) *Service {
-	return &Service{db: db, run: database.Pick(db, dialects), nudger: nudger}
+// or a test's counter). routes are the further subscribers (fan-out): each
+// event is appended once for billing and once for every route of its type.
+func NewService(db sqldb.DB, nudger outbox.Nudger, routes ...outbox.Route) *Service {
+	return &Service{db: db, run: database.Pick(db, dialects(routes)), nudger: nudger}
 }
 
 // Create stores org's new rule n. created is true when this call stored it; when

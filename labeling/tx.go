@@ -18,10 +18,16 @@ import (
 // the use cases name no dialect, and a store cannot be handed a transaction of
 // another dialect: the binding is generic in TX, checked when it compiles.
 
-// dialects are the use cases' statements per dialect.
-var dialects = database.Dialects[runner]{
-	Postgres: func(db *postgres.DB) runner { return bind(db, NewPostgresStore(), outbox.NewPostgresStore(db.Pool)) },
-	SQLite:   func(db *sqlite.DB) runner { return bind(db, NewSQLiteStore(), outbox.NewSQLiteStore(db)) },
+// dialects are the use cases' statements per dialect; the outbox's append
+// fans each event out to routes (none: billing's row alone).
+func dialects(routes []outbox.Route) database.Dialects[runner] {
+	fanout := outbox.WithRoutes(routes...)
+	return database.Dialects[runner]{
+		Postgres: func(db *postgres.DB) runner {
+			return bind(db, NewPostgresStore(), outbox.NewPostgresStore(db.Pool, fanout))
+		},
+		SQLite: func(db *sqlite.DB) runner { return bind(db, NewSQLiteStore(), outbox.NewSQLiteStore(db, fanout)) },
+	}
 }
 
 // rulesTx is the statements of one use case's transaction, bound to its

@@ -32,7 +32,7 @@ var program = cli.Program{
 			Summary: "check these records of billing_nats_failed again under EVENTS_TOKEN (and EVENTS_TOKEN_PREVIOUS); apply each that passes, once, and delete it",
 			Parse:   parseReplay,
 		},
-	}, cli.OutboxCommands(withOutboxStore)...),
+	}, cli.OutboxCommands(withOutboxStore, "provider")...),
 	Environment: config.BillingService.Usage(),
 }
 

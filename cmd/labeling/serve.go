@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"go.uber.org/fx"
 
@@ -72,8 +74,10 @@ func serveOptions(cfg config.Labeling, logger *slog.Logger, events []labeling.Pu
 }
 
 // transport provides the relay's subscribers: events, each carried by the one
-// transport EVENTS_TRANSPORT chose. HTTP posts to BILLING_URL (the default),
-// nats publishes to JetStream (infra/stream); neither has a list of its own.
+// transport EVENTS_TRANSPORT chose. HTTP posts to BILLING_URL (the default)
+// and, for each further subscriber of SUBSCRIBERS, to its own URL with its
+// own token (a route, so each event of its types gets a row for it, and a lane,
+// its own relay); nats publishes to JetStream (infra/stream).
 func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publication) fx.Option {
 	if cfg.EventsTransport == config.TransportNATS {
 		return fx.Options(
@@ -86,7 +90,7 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 			stopbudget.Part(outbox.StopShare.Name, stream.Module),
 		)
 	}
-	return fx.Provide(func() ([]outbox.Subscriber, error) {
+	billing := fx.Provide(func() ([]outbox.Subscriber, error) {
 		billing, err := delivery.New(delivery.Config{
 			BaseURL:      cfg.BillingURL,
 			Token:        cfg.EventsToken,
@@ -98,4 +102,42 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 		}
 		return labeling.Subscribers(events, billing.Deliver), nil
 	})
+	if len(cfg.Subscribers) == 0 {
+		return billing
+	}
+	routes := make([]outbox.Route, len(cfg.Subscribers))
+	for i, s := range cfg.Subscribers {
+		routes[i] = outbox.Route{Subscriber: s.Name, Tags: s.Types}
+	}
+	return fx.Options(billing,
+		// The use cases' Append gives each route its row (labeling.Module).
+		fx.Supply(routes),
+		fx.Provide(func() ([]outbox.Lane, error) {
+			lanes := make([]outbox.Lane, len(cfg.Subscribers))
+			for i, s := range cfg.Subscribers {
+				client, err := delivery.New(delivery.Config{
+					BaseURL:      s.URL,
+					Token:        s.Token,
+					Timeout:      cfg.Relay.HandlerTimeout,
+					MaxIdleConns: cfg.Relay.Workers,
+				}, logger.With("subscriber", s.Name))
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", config.SubscriberVar(s.Name, "URL"), err)
+				}
+				lanes[i] = outbox.Lane{Subscriber: s.Name, Subscribers: labeling.Subscribers(only(events, s.Types), client.Deliver)}
+			}
+			return lanes, nil
+		}),
+	)
+}
+
+// only is the events of types, in events' order.
+func only(events []labeling.Publication, types []string) []labeling.Publication {
+	var out []labeling.Publication
+	for i, tag := range labeling.Tags(events) {
+		if slices.Contains(types, tag) {
+			out = append(out, events[i])
+		}
+	}
+	return out
 }

@@ -26,13 +26,17 @@ type OutboxStore func(fn func(ctx context.Context, store outbox.Store, stdout, s
 
 // OutboxCommands are `outbox failed`, `outbox requeue ID...` / `outbox
 // requeue --all-failed` and `outbox delete ID...` on the store withStore
-// gives, for a binary's command table.
-func OutboxCommands(withStore OutboxStore) []Command {
+// gives, for a binary's command table. defaultSubscriber is how `outbox
+// failed` names the subscriber of a row whose subscriber column is ”
+// (outbox.DefaultSubscriber): labeling's billing, billing's provider.
+func OutboxCommands(withStore OutboxStore, defaultSubscriber string) []Command {
 	return []Command{
 		{
 			Name:    "outbox failed",
-			Summary: "print the dead-lettered rows, one a line, tab-separated: id, event_tag, attempts, failed_at, last_error",
-			Run:     withStore(outboxFailed),
+			Summary: "print the dead-lettered rows, one a line, tab-separated: id, event_tag, attempts, failed_at, last_error, subscriber",
+			Run: withStore(func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error {
+				return outboxFailed(ctx, store, defaultSubscriber, stdout, stderr)
+			}),
 		},
 		{Name: "outbox requeue", Args: "ID...", Summary: "make these failed rows pending again, attempts reset to 0", Parse: parseRequeue(withStore)},
 		{Name: "outbox delete", Args: "ID...", Summary: "delete these rows; refused if any is pending", Parse: NoFlags(onIDs(withStore, "delete", "deleted", outbox.Delete))},
@@ -40,9 +44,11 @@ func OutboxCommands(withStore OutboxStore) []Command {
 }
 
 // outboxFailed is `outbox failed`: one dead-lettered row a line,
-// tab-separated: id, event_tag, attempts, failed_at, last_error; none
-// prints "no failed rows" on stderr.
-func outboxFailed(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error {
+// tab-separated: id, event_tag, attempts, failed_at, last_error, subscriber
+// (last, so a script reading the first five columns reads what it always
+// did); none prints "no failed rows" on stderr. A requeue of a row
+// re-delivers its event to that row's subscriber alone.
+func outboxFailed(ctx context.Context, store outbox.Store, defaultSubscriber string, stdout, stderr io.Writer) error {
 	rows, err := outbox.Failed(ctx, store)
 	if err != nil {
 		return err
@@ -50,7 +56,11 @@ func outboxFailed(ctx context.Context, store outbox.Store, stdout, stderr io.Wri
 	list := NewListing(stdout, stderr, "no failed rows")
 	defer list.Close()
 	for _, r := range rows {
-		list.Row(r.ID.String(), r.Tag, strconv.Itoa(r.Attempts), Time(r.FailedAt), r.LastError)
+		sub := r.Subscriber
+		if sub == outbox.DefaultSubscriber {
+			sub = defaultSubscriber
+		}
+		list.Row(r.ID.String(), r.Tag, strconv.Itoa(r.Attempts), Time(r.FailedAt), r.LastError, sub)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/infra/webhook"
 	"github.com/acme/outboxpair/infra/wire"
+	"github.com/acme/outboxpair/labeling"
 )
 
 // Lookup reads one variable; os.LookupEnv fits. It is an alias of the plain
@@ -67,6 +69,27 @@ type Labeling struct {
 	// NATS is the publisher's (NATS_URL, NATS_CREDS, NATS_REPLICAS,
 	// NATS_DUPLICATE_WINDOW, NATS_CONSUMERS; its Key is EVENTS_TOKEN).
 	NATS stream.PublisherConfig
+
+	// Subscribers are the further HTTP subscribers (SUBSCRIBERS and each
+	// one's SUBSCRIBER_<NAME>_* variables), in SUBSCRIBERS' order; none when
+	// it is unset (billing alone, at BILLING_URL, today's setup).
+	Subscribers []Subscriber
+}
+
+// Subscriber is one further HTTP subscriber of labeling's events (fan-out):
+// every event of its Types is delivered to it, as to billing, on a relay of
+// its own.
+type Subscriber struct {
+	Name  string   // its name in SUBSCRIBERS (lowercase)
+	URL   string   // SUBSCRIBER_<NAME>_URL: its base URL (events are POSTed to URL + /internal/v1/events)
+	Token string   // SUBSCRIBER_<NAME>_TOKEN: its own bearer token, distinct from EVENTS_TOKEN and every other's
+	Types []string // SUBSCRIBER_<NAME>_TYPES: the event types it receives, each one labeling publishes
+}
+
+// SubscriberVar is the variable of a further subscriber's setting: field is
+// URL, TOKEN or TYPES ("ledger", "URL" → SUBSCRIBER_LEDGER_URL).
+func SubscriberVar(name, field string) string {
+	return "SUBSCRIBER_" + strings.ToUpper(name) + "_" + field
 }
 
 // Values of EVENTS_TRANSPORT.
@@ -209,9 +232,13 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		Key:             []byte(c.EventsToken),
 		Retention:       c.Relay.ProcessedRetention,
 	}
+	c.Subscribers = r.subscribers(c.EventsToken)
 	c.DatabaseURL, c.DatabaseDefaulted = r.databaseURL(DefaultLabelingDatabase)
 	if r.err == nil && c.EventsTransport == TransportNATS && c.NATS.URL == "" {
 		r.fail("NATS_URL", "required with EVENTS_TRANSPORT=nats")
+	}
+	if r.err == nil && c.EventsTransport == TransportNATS && len(c.Subscribers) > 0 {
+		r.fail("SUBSCRIBERS", "fans out over HTTP only: with EVENTS_TRANSPORT=nats each consumer reads its own durable (NATS_CONSUMERS); unset it")
 	}
 	r.check(c.NATS, publisherVars)
 	r.check(c.Relay, relayVars)
@@ -258,6 +285,65 @@ func (r *reader) provider() webhook.Config {
 	}
 	c.Secrets = secrets
 	return c
+}
+
+// subscribers reads SUBSCRIBERS (names separated by commas, each a lowercase
+// identifier, none repeated nor "billing", which is BILLING_URL's) and, for
+// each name, looks its three variables up directly (no scan of the
+// environment): SUBSCRIBER_<NAME>_URL (an http(s) URL, required),
+// SUBSCRIBER_<NAME>_TOKEN (required, not blank, distinct from EVENTS_TOKEN and
+// from every other subscriber's, so no subscriber holds a token another
+// accepts) and SUBSCRIBER_<NAME>_TYPES (types separated by commas, at least
+// one, each a type labeling publishes, none repeated).
+func (r *reader) subscribers(eventsToken string) []Subscriber {
+	v := r.str("SUBSCRIBERS", "")
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	var out []Subscriber
+	known := labeling.Tags(labeling.Events())
+	tokens := map[string]string{eventsToken: "EVENTS_TOKEN"}
+	for _, part := range strings.Split(v, ",") {
+		name := strings.TrimSpace(part)
+		if err := outbox.CheckSubscriber(name); err != nil {
+			r.fail("SUBSCRIBERS", "%q: %s", v, err)
+			return nil
+		}
+		if name == DefaultConsumer {
+			r.fail("SUBSCRIBERS", "%q: billing is BILLING_URL's subscriber and receives every type already", v)
+			return nil
+		}
+		if slices.ContainsFunc(out, func(s Subscriber) bool { return s.Name == name }) {
+			r.fail("SUBSCRIBERS", "%q names %s twice", v, name)
+			return nil
+		}
+		s := Subscriber{Name: name}
+		urlVar, tokenVar, typesVar := SubscriberVar(name, "URL"), SubscriberVar(name, "TOKEN"), SubscriberVar(name, "TYPES")
+		if r.required(urlVar) != "" {
+			s.URL = r.httpURL(urlVar, "")
+		}
+		s.Token = r.token(tokenVar)
+		if other, ok := tokens[s.Token]; ok && s.Token != "" && r.err == nil {
+			r.fail(tokenVar, "the same as %s: each subscriber needs a token of its own, or one could forge deliveries to the other", other)
+		}
+		tokens[s.Token] = tokenVar
+		for _, t := range strings.Split(r.required(typesVar), ",") {
+			t = strings.TrimSpace(t)
+			switch {
+			case r.err != nil:
+			case t == "":
+				r.fail(typesVar, "an empty type: list event types separated by commas")
+			case !slices.Contains(known, t):
+				r.fail(typesVar, "%q is not a type labeling publishes (%s)", t, strings.Join(known, ", "))
+			case slices.Contains(s.Types, t):
+				r.fail(typesVar, "names %s twice", t)
+			default:
+				s.Types = append(s.Types, t)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // DefaultConsumer is NATS_CONSUMERS' default: billing's durable.

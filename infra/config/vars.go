@@ -1,6 +1,7 @@
 package config
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -65,6 +66,10 @@ var Vars = []Var{
 	{Name: "BILLING_URL", Services: LabelingService},
 	{Name: "CONSOLE_BILLING_URL", Services: LabelingService},
 	{Name: "CONSOLE_TRACE_URL", Services: LabelingService},
+	{Name: "SUBSCRIBERS", Services: LabelingService},
+	{Name: "SUBSCRIBER_<NAME>_URL", Services: LabelingService, Note: "required for each name of SUBSCRIBERS"},
+	{Name: "SUBSCRIBER_<NAME>_TOKEN", Services: LabelingService, Note: "required for each name of SUBSCRIBERS"},
+	{Name: "SUBSCRIBER_<NAME>_TYPES", Services: LabelingService, Note: "required for each name of SUBSCRIBERS"},
 	{Name: "CONSOLE_SECURE_COOKIES", Services: bothServices},
 	{Name: "OUTBOX_POLL_INTERVAL", Services: bothServices},
 	{Name: "OUTBOX_CLAIM_SIZE", Services: bothServices},
@@ -109,6 +114,23 @@ var Vars = []Var{
 	{Name: "OTEL_SDK_DISABLED", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
 	{Name: "OTEL_SERVICE_NAME", Services: bothServices, Reader: ReadBySDK},
 }
+
+// VarOf is the declared name of a variable a service looks up: name itself,
+// or the template of a family of variables named after a value of another
+// (SUBSCRIBER_LEDGER_URL → SUBSCRIBER_<NAME>_URL, a name of SUBSCRIBERS).
+// A template (a name with <NAME>) is never set as such: deployment files set
+// its instances, or none.
+func VarOf(name string) string {
+	if m := subscriberVar.FindStringSubmatch(name); m != nil {
+		return "SUBSCRIBER_<NAME>_" + m[1]
+	}
+	return name
+}
+
+var subscriberVar = regexp.MustCompile(`^SUBSCRIBER_[A-Z][A-Z0-9_]*_(URL|TOKEN|TYPES)$`)
+
+// IsTemplate reports whether a declared name is a template (VarOf).
+func IsTemplate(name string) bool { return strings.Contains(name, "<NAME>") }
 
 // LabelingVars and BillingVars name every variable each service reads but the
 // standard OTEL_* ones the contract leaves to the SDK (Var.Standard). CONTRACT.md

@@ -21,7 +21,7 @@ func lookedUp(read func(config.Lookup), envs ...map[string]string) []string {
 	seen := map[string]bool{}
 	for _, e := range envs {
 		read(func(name string) (string, bool) {
-			seen[name] = true
+			seen[config.VarOf(name)] = true
 			v, ok := e[name]
 			return v, ok
 		})
@@ -65,7 +65,11 @@ func TestVarsAreWhatTheServicesLookUp(t *testing.T) {
 	for name, svc := range services {
 		t.Run(name+": the settings it looks up are those declared for it", func(t *testing.T) {
 			t.Parallel()
-			require.ElementsMatch(t, declared(svc, config.ReadBySettings), lookedUp(settings[svc], map[string]string{}, valid))
+			fanout := map[string]string{
+				"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t", "SUBSCRIBERS": "ledger",
+				"SUBSCRIBER_LEDGER_URL": "http://ledger:8082", "SUBSCRIBER_LEDGER_TOKEN": "l", "SUBSCRIBER_LEDGER_TYPES": "RuleActivated",
+			}
+			require.ElementsMatch(t, declared(svc, config.ReadBySettings), lookedUp(settings[svc], map[string]string{}, valid, fanout))
 		})
 
 		t.Run(name+": the authentication variables it looks up are those declared", func(t *testing.T) {
@@ -104,7 +108,9 @@ func TestVarsAreWhatTheServicesLookUp(t *testing.T) {
 }
 
 // envVar is how a variable's name looks in a usage text.
-var envVar = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b`)
+// A template's <NAME> is part of it (SUBSCRIBER_<NAME>_URL); SUBSCRIBERS is
+// the one name without an underscore.
+var envVar = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<NAME>))+\b|\bSUBSCRIBERS\b`)
 
 func TestServiceUsage(t *testing.T) {
 	t.Parallel()

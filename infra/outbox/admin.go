@@ -16,6 +16,9 @@ type FailedRow struct {
 	Attempts  int
 	FailedAt  int64 // epoch ms
 	LastError string
+	// Subscriber is the one the row was for (DefaultSubscriber ""): a
+	// requeue re-delivers the event to it alone.
+	Subscriber string
 }
 
 // ErrPending is returned by Delete when an id names a pending row; nothing is deleted.

@@ -23,11 +23,14 @@ const (
 
 // job is one claimed row on its way to a worker.
 type job struct {
-	Message
-	token uuid.UUID
+	Message // ID is the row's id, the one the relay settles; the handlers get event instead (sent)
+	token   uuid.UUID
+	// event is the event's id, coalesce(event_id, id): every subscriber of
+	// the event receives it as Message.ID, so all dedup on the same id.
+	event uuid.UUID
 	// deadline is when the row must be done with, on the process's monotonic
 	// clock: its lease end less the lease margin, kept for the settle.
-	deadline time.Time
+	deadline monoTime
 	// trace is the row's trace_context ("" when NULL, at no cost), decoded
 	// only by a dispatch that traces. A string, not a []byte: job must stay
 	// within 128 bytes, past which a map stores its values out of line and
@@ -53,13 +56,14 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	now := r.now()
 	token := uuid.New()
 	out := claimed{at: now.UnixMilli()}
-	deadline := start.Add(r.cfg.Lease - LeaseMargin(r.cfg.Lease))
+	deadline := monoOf(start.Add(r.cfg.Lease - LeaseMargin(r.cfg.Lease)))
 	var dead []Message
 	err := r.store.Claim(ctx, ClaimArgs{
 		Now: now.UnixMilli(), Until: now.Add(r.cfg.Lease).UnixMilli(), Lease: r.cfg.Lease.Milliseconds(),
 		Limit: limit, Floor: floor, MaxAttempts: r.cfg.MaxAttempts, Token: token,
+		Subscriber: r.subscriber,
 	}, func(c ClaimedRow) {
-		j := job{token: token, deadline: deadline}
+		j := job{token: token, deadline: deadline, event: c.EventID}
 		j.ID, j.Tag, j.Payload, j.CreatedAt, j.Attempt = c.ID, c.Tag, c.Payload, c.CreatedAt, c.Attempts
 		if c.Trace != nil {
 			j.trace = string(c.Trace) // only a traced append pays for this
@@ -79,12 +83,12 @@ func (r *Relay) claim(ctx context.Context, limit int, floor int64) (claimed, err
 	}
 	r.hold(out.jobs)
 	for _, j := range out.jobs {
-		r.m.claimed.WithLabelValues(j.Tag).Inc()
+		r.m.claimed.WithLabelValues(j.Tag, r.subscriber).Inc()
 	}
 	for _, m := range dead {
-		r.m.dead.WithLabelValues(m.Tag).Inc()
+		r.m.dead.WithLabelValues(m.Tag, r.subscriber).Inc()
 		r.logger.Warn("outbox row failed: its attempts were used up by claims that were never settled; dead-lettered until an operator requeues or deletes it",
-			"id", m.ID, "tag", m.Tag, "attempts", m.Attempt)
+			"id", m.ID, "tag", m.Tag, "subscriber", r.subscriber, "attempts", m.Attempt)
 	}
 	return out, nil
 }
@@ -156,3 +160,25 @@ func (f *scanFloor) advance(c claimed, limit int) {
 func sweepInterval(poll time.Duration) time.Duration {
 	return min(max(5*poll, time.Second), 30*time.Second)
 }
+
+// sent is the message the handlers get: the row's, with the event's id.
+func (j *job) sent() Message {
+	m := j.Message
+	if j.event != uuid.Nil {
+		m.ID = j.event
+	}
+	return m
+}
+
+// monoTime is an instant on the process's monotonic clock, in 8 bytes rather
+// than time.Time's 24: a job must fit in a map slot (TestJobFitsInAMapSlot),
+// and the event id took the room.
+type monoTime int64
+
+// monoEpoch is the origin of monoTime.
+var monoEpoch = time.Now()
+
+func monoOf(t time.Time) monoTime { return monoTime(t.Sub(monoEpoch)) }
+
+// time is m as a time.Time, with its monotonic reading.
+func (m monoTime) time() time.Time { return monoEpoch.Add(time.Duration(m)) }

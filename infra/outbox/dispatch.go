@@ -54,7 +54,7 @@ func (r *Relay) execute(parent context.Context, j job, report func(outcome), spa
 	start := time.Now()
 	handlers := r.subs[j.Tag]
 	switch {
-	case parent.Err() != nil || !start.Before(j.deadline):
+	case parent.Err() != nil || !start.Before(j.deadline.time()):
 		// Abandoned before it began, or waited so long that no dispatch could
 		// be settled within the lease.
 		report(r.release(j))
@@ -65,8 +65,8 @@ func (r *Relay) execute(parent context.Context, j job, report func(outcome), spa
 		return true
 	}
 	deadline := start.Add(r.cfg.HandlerTimeout)
-	if j.deadline.Before(deadline) {
-		deadline = j.deadline
+	if due := j.deadline.time(); due.Before(deadline) {
+		deadline = due
 	}
 	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
@@ -91,7 +91,7 @@ func (r *Relay) execute(parent context.Context, j job, report func(outcome), spa
 			spare()
 		}
 	})
-	err := r.callHandlers(hctx, j.Message, handlers)
+	err := r.callHandlers(hctx, j.sent(), handlers)
 	if span != nil && err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, j.Tag+" handler failed")
@@ -133,7 +133,7 @@ func (r *Relay) callHandlers(ctx context.Context, m Message, handlers []Handler)
 }
 
 func (r *Relay) observe(j job, outcome string, start time.Time) {
-	r.m.dispatchSeconds.WithLabelValues(j.Tag, outcome).Observe(time.Since(start).Seconds())
+	r.m.dispatchSeconds.WithLabelValues(j.Tag, outcome, r.subscriber).Observe(time.Since(start).Seconds())
 }
 
 // outcomeOf turns a dispatch result into the settle it calls for.

@@ -32,10 +32,14 @@ type Relay struct {
 	m        *metrics   // the series of store's table
 	listener Listener   // store's LISTEN/NOTIFY, nil when the dialect has none
 	cfg      Config
-	subs     map[string][]Handler
-	logger   *slog.Logger
-	now      func() time.Time
-	settler  *settler
+	// subscriber is the one whose rows the relay claims (DefaultSubscriber,
+	// or a Lane's): the subscriber column its claims filter on and the label
+	// of its metrics.
+	subscriber string
+	subs       map[string][]Handler
+	logger     *slog.Logger
+	now        func() time.Time
+	settler    *settler
 	// attempts logs failed delivery attempts, rate-limited.
 	attempts *attemptLog
 
@@ -72,7 +76,15 @@ type Relay struct {
 // three, opened from the pool's settings with ConnParams, closed by Stop), so
 // its claims never wait for a connection the API's requests hold, and the
 // API's never wait for the relay's; on SQLite on the process's one writer.
+//
+// The relay claims only the default subscriber's rows (DefaultSubscriber):
+// with fan-out (WithRoutes), each further subscriber's rows are another
+// relay's (NewLanes).
 func NewRelay(store Store, cfg Config, subs []Subscriber, logger *slog.Logger) (*Relay, error) {
+	return newRelay(store, cfg, DefaultSubscriber, subs, logger)
+}
+
+func newRelay(store Store, cfg Config, subscriber string, subs []Subscriber, logger *slog.Logger) (*Relay, error) {
 	if store == nil {
 		return nil, errors.New("outbox: relay needs a store")
 	}
@@ -88,6 +100,10 @@ func NewRelay(store Store, cfg Config, subs []Subscriber, logger *slog.Logger) (
 	}
 	if logger == nil {
 		logger = slog.Default()
+	}
+	logger = logger.With("component", "outbox.relay")
+	if subscriber != DefaultSubscriber {
+		logger = logger.With("subscriber", subscriber)
 	}
 	now := cfg.Now
 	if now == nil {
@@ -105,8 +121,9 @@ func NewRelay(store Store, cfg Config, subs []Subscriber, logger *slog.Logger) (
 		m:          metricsFor(store.Table()),
 		listener:   listener,
 		cfg:        cfg,
+		subscriber: subscriber,
 		subs:       byTag,
-		logger:     logger.With("component", "outbox.relay"),
+		logger:     logger,
 		now:        now,
 		nudge:      make(chan struct{}, 1),
 		broadcast:  make(chan struct{}, 1),

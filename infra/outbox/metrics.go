@@ -18,6 +18,11 @@ import (
 // start with its own prefix (metricPrefix: billing_outbox_events_processed_total,
 // billing_outbox_failed_rows, ...). A label would have done the same, but
 // would have changed every series labeling already exports and its alerts.
+//
+// Each series also carries the subscriber of its rows (fan-out, Route): ""
+// for the default subscriber, which Prometheus stores as no label, so the
+// series of a one-subscriber setup are the ones it always exported, and a
+// further subscriber's are told apart by subscriber="NAME".
 type metrics struct {
 	appended, claimed, processed, retried, dead, fenced *prometheus.CounterVec
 	dispatchSeconds                                     *prometheus.HistogramVec
@@ -33,7 +38,7 @@ func metricPrefix(table string) string { return strings.TrimSuffix(table, "_even
 func newMetrics(table string) *metrics {
 	p := metricPrefix(table)
 	byTag := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"tag"})
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"tag", "subscriber"})
 	}
 	return &metrics{
 		appended:  byTag(p+"_events_appended_total", "Outbox rows appended (counted when the INSERT succeeds; a rolled-back transaction still counts)."),
@@ -46,7 +51,7 @@ func newMetrics(table string) *metrics {
 			Name:    p + "_dispatch_duration_seconds",
 			Help:    "Duration of one row's dispatch through its handlers, by outcome (ok, error, abandoned).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms .. ~4.4min
-		}, []string{"tag", "outcome"}),
+		}, []string{"tag", "outcome", "subscriber"}),
 		ticksFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: p + "_relay_failed_ticks_total",
 			Help: "Relay ticks whose claim failed (database unreachable); the relay backs off and retries.",

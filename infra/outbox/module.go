@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,9 +18,11 @@ import (
 // unsettled claim.
 var StopShare = stopbudget.Share{Name: "relay", Timeout: 8 * time.Second}
 
-// Module provides the relay (also as a Nudger) started and stopped with the app,
-// and registers the retention of processed rows with the cleanup. The app supplies
-// Config, []Subscriber, the Store of its database (NewStore) and *slog.Logger.
+// Module provides the relays (*Lanes, also as a Nudger) started and stopped
+// with the app, and registers the retention of processed rows with the
+// cleanup. The app supplies Config, []Subscriber (the default subscriber's),
+// the Store of its database (NewStore) and *slog.Logger, and, to fan out,
+// []Lane (one relay each; its Store built WithRoutes of the same names).
 // Its stop (the relay's, and its gauges') takes at most StopShare.
 var Module = stopbudget.Module(StopShare, Components)
 
@@ -29,7 +32,9 @@ var Module = stopbudget.Module(StopShare, Components)
 // both run, so that the total stays under the orchestrator's grace.
 var Components = fx.Module("outbox",
 	fx.Provide(
-		fx.Annotate(NewRelay, fx.As(fx.Self()), fx.As(new(Nudger))),
+		fx.Annotate(func(p lanesIn) (*Lanes, error) {
+			return NewLanes(p.Store, p.Config, p.Subscribers, p.Lanes, p.Logger)
+		}, fx.As(fx.Self()), fx.As(new(Nudger))),
 		fx.Annotate(
 			func(cfg Config, store Store) retention.Policy {
 				return ProcessedRetention(store, cfg.ProcessedRetention)
@@ -39,7 +44,7 @@ var Components = fx.Module("outbox",
 	),
 	// An Invoke, not a dependency, starts the relay: the app must deliver its
 	// events even when nothing in it asks for the relay.
-	fx.Invoke(func(lc fx.Lifecycle, r *Relay) {
+	fx.Invoke(func(lc fx.Lifecycle, r *Lanes) {
 		lc.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
 	}),
 	// The backlog gauges are what to alert on; registered for the app's lifetime
@@ -69,4 +74,15 @@ func ProcessedRetention(store Store, keep time.Duration) retention.Policy {
 			return n, nil
 		},
 	}
+}
+
+// lanesIn is what Module's relays are built from; Lanes is optional (no
+// fan-out without it).
+type lanesIn struct {
+	fx.In
+	Store       Store
+	Config      Config
+	Subscribers []Subscriber
+	Lanes       []Lane `optional:"true"`
+	Logger      *slog.Logger
 }

@@ -34,6 +34,11 @@ type Event interface {
 // After the commit, call Nudge so the local relay delivers at once. When ctx
 // holds a valid span (a traced request), the row also stores its W3C trace
 // context, and the relay's dispatch of the row links to it.
+//
+// With fan-out (a store built WithRoutes), the returned id is the event's:
+// it is the default subscriber's row id, and each further subscriber of the
+// tag gets a row of its own (a fresh id, event_id = this id) in the same
+// statement. Every subscriber receives this id as Message.ID.
 func Append[TX any](ctx context.Context, store Appender[TX], tx TX, event Event) (uuid.UUID, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -43,13 +48,24 @@ func Append[TX any](ctx context.Context, store Appender[TX], tx TX, event Event)
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: encode %s: %w", event.EventTag(), err)
 	}
-	err = store.Append(ctx, tx, NewRow{
-		ID: id, Tag: event.EventTag(), Payload: payload, CreatedAt: time.Now().UnixMilli(), Trace: traceContext(ctx),
-	})
-	if err != nil {
+	row := NewRow{ID: id, Tag: event.EventTag(), Payload: payload, CreatedAt: time.Now().UnixMilli(), Trace: traceContext(ctx)}
+	if r, ok := store.(router); ok {
+		for _, sub := range r.subscribersOf(row.Tag) {
+			rowID, err := uuid.NewV7()
+			if err != nil {
+				return uuid.Nil, fmt.Errorf("outbox: new id: %w", err)
+			}
+			row.Deliveries = append(row.Deliveries, Delivery{ID: rowID, Subscriber: sub})
+		}
+	}
+	if err := store.Append(ctx, tx, row); err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: append %s: %w", event.EventTag(), err)
 	}
-	metricsFor(store.Table()).appended.WithLabelValues(event.EventTag()).Inc()
+	appended := metricsFor(store.Table()).appended
+	appended.WithLabelValues(row.Tag, DefaultSubscriber).Inc()
+	for _, d := range row.Deliveries {
+		appended.WithLabelValues(row.Tag, d.Subscriber).Inc()
+	}
 	return id, nil
 }
 
@@ -64,7 +80,7 @@ func Append[TX any](ctx context.Context, store Appender[TX], tx TX, event Event)
 // is checked as WithTable's is.
 func CountAppended(table, tag string, n int) {
 	if n > 0 {
-		metricsFor(tableOf([]StoreOption{WithTable(table)})).appended.WithLabelValues(tag).Add(float64(n))
+		metricsFor(tableOf([]StoreOption{WithTable(table)})).appended.WithLabelValues(tag, DefaultSubscriber).Add(float64(n))
 	}
 }
 
@@ -76,7 +92,7 @@ type Nudger interface {
 
 // Message is one claimed row as a subscriber sees it.
 type Message struct {
-	ID        uuid.UUID       // the row id: the consumer's dedup key
+	ID        uuid.UUID       // the event's id (Append's; every subscriber of the event gets the same): the consumer's dedup key
 	Tag       string          // the event tag
 	Payload   json.RawMessage // the event encoded as JSON
 	CreatedAt int64           // epoch ms of the append

@@ -413,7 +413,7 @@ func (r *Relay) recordSettled(batch []outcome, settled map[uuid.UUID]struct{}) {
 		r.unhold(o.ID, o.token)
 		if _, ok := settled[o.ID]; !ok {
 			if o.kind != kindRelease {
-				r.m.fenced.WithLabelValues(o.Tag).Inc()
+				r.m.fenced.WithLabelValues(o.Tag, r.subscriber).Inc()
 				r.logger.Info("outbox settle fenced off: the row was reclaimed elsewhere",
 					"id", o.ID, "tag", o.Tag, "attempt", o.Attempt, "outcome", string(o.kind))
 			}
@@ -421,13 +421,13 @@ func (r *Relay) recordSettled(batch []outcome, settled map[uuid.UUID]struct{}) {
 		}
 		switch o.kind {
 		case kindProcessed:
-			r.m.processed.WithLabelValues(o.Tag).Inc()
+			r.m.processed.WithLabelValues(o.Tag, r.subscriber).Inc()
 		case kindFailed:
-			r.m.dead.WithLabelValues(o.Tag).Inc()
+			r.m.dead.WithLabelValues(o.Tag, r.subscriber).Inc()
 			r.logger.Warn("outbox row failed: dead-lettered until an operator requeues or deletes it",
 				"id", o.ID, "tag", o.Tag, "attempts", o.Attempt, "permanent", IsPermanent(o.cause), "err", o.cause)
 		case kindRetry:
-			r.m.retried.WithLabelValues(o.Tag).Inc()
+			r.m.retried.WithLabelValues(o.Tag, r.subscriber).Inc()
 			r.attempts.failed(o, time.UnixMilli(o.at))
 		case kindWait:
 			r.logger.Debug("outbox row waits without spending an attempt",

@@ -66,6 +66,17 @@ type NewRow struct {
 	Payload   []byte // JSON
 	CreatedAt int64  // epoch ms; also available_at
 	Trace     []byte // JSON trace context, nil when untraced
+	// Deliveries are the rows of the event's further subscribers (a store
+	// built WithRoutes): each its own row, inserted in the same transaction,
+	// with subscriber set and event_id = ID. The row of ID itself is the
+	// default subscriber's (subscriber '', event_id NULL).
+	Deliveries []Delivery
+}
+
+// Delivery is one further subscriber's row of an appended event.
+type Delivery struct {
+	ID         uuid.UUID // the row's own id (a fresh UUIDv7)
+	Subscriber string    // the subscriber's name (Route.Subscriber)
 }
 
 // RelayStore is the statements one relay runs: its claims and its settles.
@@ -92,11 +103,13 @@ type ClaimArgs struct {
 	Floor       int64 // created_at from which the claim scans
 	MaxAttempts int
 	Token       uuid.UUID
+	Subscriber  string // only rows of this subscriber ('' the default one)
 }
 
 // ClaimedRow is one row a claim took.
 type ClaimedRow struct {
 	ID        uuid.UUID
+	EventID   uuid.UUID // coalesce(event_id, id): the id every subscriber receives
 	Tag       string
 	Payload   []byte
 	CreatedAt int64
@@ -160,7 +173,10 @@ const DefaultTable = "outbox_events"
 // StoreOption is a setting of a store, fixed at its construction.
 type StoreOption func(*storeOptions)
 
-type storeOptions struct{ table string }
+type storeOptions struct {
+	table  string
+	routes []Route
+}
 
 // tableName is what a table name must be: a lowercase SQL identifier that
 // needs no quoting, short enough that the migration's index names
@@ -180,7 +196,10 @@ var tableName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
 func WithTable(name string) StoreOption { return func(o *storeOptions) { o.table = name } }
 
 // tableOf applies opts and checks the table name.
-func tableOf(opts []StoreOption) string {
+func tableOf(opts []StoreOption) string { return optionsOf(opts).table }
+
+// optionsOf applies opts and checks the table name.
+func optionsOf(opts []StoreOption) storeOptions {
 	o := storeOptions{table: DefaultTable}
 	for _, opt := range opts {
 		opt(&o)
@@ -188,7 +207,7 @@ func tableOf(opts []StoreOption) string {
 	if !tableName.MatchString(o.table) {
 		panic(fmt.Sprintf("outbox: table name %q is not a lowercase SQL identifier of at most 48 characters (%s)", o.table, tableName))
 	}
-	return o.table
+	return o
 }
 
 // defaultWord is the table name as the statements are written beside their

@@ -22,8 +22,9 @@ import (
 // pgStore is Store on PostgreSQL: appends in the caller's transaction, the
 // operator commands, metrics and retention on the service's pool.
 type pgStore struct {
-	pool *pgxpool.Pool
-	sql  *pgStatements
+	pool   *pgxpool.Pool
+	sql    *pgStatements
+	fanout fanout // WithRoutes, nil without
 }
 
 // pgStatements are the store's statements on its table, each built once per
@@ -31,6 +32,7 @@ type pgStore struct {
 type pgStatements struct {
 	table           string
 	append          string
+	appendFanout    string
 	settle          string
 	backlog         string
 	failed          string
@@ -50,6 +52,7 @@ func pgStatementsFor(table string) *pgStatements {
 	st, _ := pgStatementsByTable.LoadOrStore(table, &pgStatements{
 		table:           table,
 		append:          onTable(pgAppendSQL, table),
+		appendFanout:    onTable(pgAppendFanoutSQL, table),
 		settle:          onTable(settleSQL, table),
 		backlog:         onTable(pgBacklogSQL, table),
 		failed:          onTable(pgFailedSQL, table),
@@ -72,10 +75,12 @@ var (
 // uses only the transaction it is handed: a nil pool does for appends alone),
 // on DefaultTable or the table of WithTable.
 func NewPostgresStore(pool *pgxpool.Pool, opts ...StoreOption) DialectStore[postgres.Tx] {
-	table := tableOf(opts)
-	metricsFor(table)
-	return &pgStore{pool: pool, sql: pgStatementsFor(table)}
+	o := optionsOf(opts)
+	metricsFor(o.table)
+	return &pgStore{pool: pool, sql: pgStatementsFor(o.table), fanout: fanoutOf(o.routes)}
 }
+
+func (s *pgStore) subscribersOf(tag string) []string { return s.fanout[tag] }
 
 // Table is the store's outbox table.
 func (s *pgStore) Table() string { return s.sql.table }
@@ -84,9 +89,29 @@ const pgAppendSQL = `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
 		VALUES ($1, $2, $3, $4, $4, 0, $5)`
 
-// Append inserts row in tx.
+// pgAppendFanoutSQL inserts the default subscriber's row and the further
+// subscribers' ($6 their row ids, $7 their names, event_id $1) in one
+// statement: one round trip whatever the number of subscribers.
+const pgAppendFanoutSQL = `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context, subscriber, event_id)
+		SELECT $1::uuid, $2, $3::jsonb, $4::bigint, $4::bigint, 0, $5::jsonb, '', NULL
+		UNION ALL
+		SELECT d.id, $2, $3::jsonb, $4::bigint, $4::bigint, 0, $5::jsonb, d.subscriber, $1::uuid
+		FROM unnest($6::uuid[], $7::text[]) AS d(id, subscriber)`
+
+// Append inserts row in tx: the statement of old without further
+// subscribers, so a one-subscriber setup pays nothing for fan-out.
 func (s *pgStore) Append(ctx context.Context, tx postgres.Tx, row NewRow) error {
-	_, err := tx.Exec(ctx, s.sql.append, row.ID, row.Tag, row.Payload, row.CreatedAt, row.Trace)
+	if len(row.Deliveries) == 0 {
+		_, err := tx.Exec(ctx, s.sql.append, row.ID, row.Tag, row.Payload, row.CreatedAt, row.Trace)
+		return err
+	}
+	ids := make([]uuid.UUID, len(row.Deliveries))
+	names := make([]string, len(row.Deliveries))
+	for i, d := range row.Deliveries {
+		ids[i], names[i] = d.ID, d.Subscriber
+	}
+	_, err := tx.Exec(ctx, s.sql.appendFanout, row.ID, row.Tag, row.Payload, row.CreatedAt, row.Trace, ids, names)
 	return err
 }
 
@@ -140,7 +165,8 @@ func (s *pgRelayStore) Close(ctx context.Context) { closeWithin(ctx, s.pool) }
 // other row gets the claim's token $7 and one more attempt.
 //
 // $1 now, $2 now + lease, $3 lease, $4 limit (1..claimSize), $5 floor
-// (created_at), $6 max attempts, $7 claim token; epoch ms and ms.
+// (created_at), $6 max attempts, $7 claim token, $8 the relay's subscriber
+// (its lane: only that subscriber's rows); epoch ms and ms.
 func claimSQL(claimSize int) string {
 	return `
 UPDATE outbox_events o SET
@@ -155,7 +181,7 @@ UPDATE outbox_events o SET
 WHERE o.id = ANY(ARRAY(
 	SELECT id FROM (
 		SELECT id FROM outbox_events
-		WHERE processed_at IS NULL AND failed_at IS NULL
+		WHERE processed_at IS NULL AND failed_at IS NULL AND subscriber = $8::text
 			AND created_at >= $5::bigint AND available_at <= $1::bigint
 			AND (claimed_until IS NULL OR claimed_until < $1::bigint OR claimed_until > $1::bigint + 2 * claim_lease)
 		ORDER BY created_at
@@ -164,12 +190,12 @@ WHERE o.id = ANY(ARRAY(
 	) pending
 	LIMIT $4::int
 ))
-RETURNING o.id, o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL, o.trace_context`
+RETURNING o.id, coalesce(o.event_id, o.id), o.event_tag, o.payload, o.created_at, o.attempts, o.failed_at IS NOT NULL, o.trace_context`
 }
 
 // Claim runs the claim statement and reports each row it took.
 func (s *pgRelayStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRow)) error {
-	rows, err := s.pool.Query(ctx, s.claimSQL, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
+	rows, err := s.pool.Query(ctx, s.claimSQL, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token, a.Subscriber)
 	if err != nil {
 		return err
 	}
@@ -179,7 +205,7 @@ func (s *pgRelayStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRo
 		var c ClaimedRow
 		// The payload is scanned as bytes: a json.RawMessage target would be
 		// parsed here once more.
-		if err := rows.Scan(&c.ID, &c.Tag, &c.Payload, &c.CreatedAt, &c.Attempts, &c.Dead, &trace); err != nil {
+		if err := rows.Scan(&c.ID, &c.EventID, &c.Tag, &c.Payload, &c.CreatedAt, &c.Attempts, &c.Dead, &trace); err != nil {
 			return err
 		}
 		if trace != nil {
@@ -367,7 +393,7 @@ func (s *pgStore) backlog(ctx context.Context) (backlog, error) {
 }
 
 const pgFailedSQL = `
-		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+		SELECT id, event_tag, attempts, failed_at, coalesce(last_error, ''), subscriber
 		FROM outbox_events WHERE failed_at IS NOT NULL
 		ORDER BY failed_at, id`
 
@@ -379,7 +405,7 @@ func (s *pgStore) Failed(ctx context.Context) ([]FailedRow, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (FailedRow, error) {
 		var f FailedRow
-		err := row.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError)
+		err := row.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError, &f.Subscriber)
 		return f, err
 	})
 }

@@ -24,8 +24,9 @@ import (
 
 // sqliteStore is Store on a SQLite database.
 type sqliteStore struct {
-	db  *sqlite.DB
-	sql *sqliteStatements
+	db     *sqlite.DB
+	sql    *sqliteStatements
+	fanout fanout // WithRoutes, nil without
 }
 
 // sqliteStatements are the store's statements on its table, each built once
@@ -33,6 +34,7 @@ type sqliteStore struct {
 type sqliteStatements struct {
 	table           string
 	append          string
+	appendDelivery  string
 	claim           string
 	settle          string
 	backlog         string
@@ -53,6 +55,7 @@ func sqliteStatementsFor(table string) *sqliteStatements {
 	st, _ := sqliteStatementsByTable.LoadOrStore(table, &sqliteStatements{
 		table:           table,
 		append:          onTable(sqliteAppendSQL, table),
+		appendDelivery:  onTable(sqliteAppendDeliverySQL, table),
 		claim:           onTable(sqliteClaimSQL, table),
 		settle:          onTable(sqliteSettleSQL, table),
 		backlog:         onTable(sqliteBacklogSQL, table),
@@ -74,10 +77,12 @@ var (
 // NewSQLiteStore returns the outbox store of a SQLite database, on
 // DefaultTable or the table of WithTable.
 func NewSQLiteStore(db *sqlite.DB, opts ...StoreOption) DialectStore[sqlite.Tx] {
-	table := tableOf(opts)
-	metricsFor(table)
-	return &sqliteStore{db: db, sql: sqliteStatementsFor(table)}
+	o := optionsOf(opts)
+	metricsFor(o.table)
+	return &sqliteStore{db: db, sql: sqliteStatementsFor(o.table), fanout: fanoutOf(o.routes)}
 }
+
+func (s *sqliteStore) subscribersOf(tag string) []string { return s.fanout[tag] }
 
 // Table is the store's outbox table.
 func (s *sqliteStore) Table() string { return s.sql.table }
@@ -100,10 +105,23 @@ const sqliteAppendSQL = `
 		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context)
 		VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5)`
 
-// Append inserts row in tx.
+// sqliteAppendDeliverySQL inserts one further subscriber's row (?6 its name,
+// ?7 the event's id): a statement per row costs no round trip on SQLite.
+const sqliteAppendDeliverySQL = `
+		INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts, trace_context, subscriber, event_id)
+		VALUES (?1, ?2, ?3, ?4, ?4, 0, ?5, ?6, ?7)`
+
+// Append inserts row, and its further subscribers' rows, in tx.
 func (s *sqliteStore) Append(ctx context.Context, tx sqlite.Tx, row NewRow) error {
 	_, err := tx.Exec(ctx, s.sql.append,
 		row.ID, row.Tag, string(row.Payload), row.CreatedAt, nullText(row.Trace))
+	for _, d := range row.Deliveries {
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.sql.appendDelivery,
+			d.ID, row.Tag, string(row.Payload), row.CreatedAt, nullText(row.Trace), d.Subscriber, row.ID)
+	}
 	return err
 }
 
@@ -125,19 +143,19 @@ UPDATE outbox_events SET
 		ELSE last_error END
 WHERE id IN (
 	SELECT id FROM outbox_events
-	WHERE processed_at IS NULL AND failed_at IS NULL
+	WHERE processed_at IS NULL AND failed_at IS NULL AND subscriber = ?8
 		AND created_at >= ?5 AND available_at <= ?1
 		AND (claimed_until IS NULL OR claimed_until < ?1 OR claimed_until > ?1 + 2 * claim_lease)
 	ORDER BY created_at
 	LIMIT ?4)
-RETURNING id, event_tag, payload, created_at, attempts, failed_at IS NOT NULL, trace_context`
+RETURNING id, coalesce(event_id, id), event_tag, payload, created_at, attempts, failed_at IS NOT NULL, trace_context`
 
 // Claim runs the claim in one write transaction.
 func (s *sqliteStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRow)) error {
 	var got []ClaimedRow
 	err := s.write(ctx, func(tx sqlite.Tx) error {
 		got = got[:0]
-		rows, err := tx.Query(ctx, s.sql.claim, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token)
+		rows, err := tx.Query(ctx, s.sql.claim, a.Now, a.Until, a.Lease, a.Limit, a.Floor, a.MaxAttempts, a.Token, a.Subscriber)
 		if err != nil {
 			return err
 		}
@@ -148,7 +166,7 @@ func (s *sqliteStore) Claim(ctx context.Context, a ClaimArgs, fn func(ClaimedRow
 				payload string
 				trace   sql.NullString
 			)
-			if err := rows.Scan(&c.ID, &c.Tag, &payload, &c.CreatedAt, &c.Attempts, &c.Dead, &trace); err != nil {
+			if err := rows.Scan(&c.ID, &c.EventID, &c.Tag, &payload, &c.CreatedAt, &c.Attempts, &c.Dead, &trace); err != nil {
 				return err
 			}
 			c.Payload = []byte(payload)
@@ -254,7 +272,7 @@ func (s *sqliteStore) backlog(ctx context.Context) (backlog, error) {
 }
 
 const sqliteFailedSQL = `
-			SELECT id, event_tag, attempts, failed_at, coalesce(last_error, '')
+			SELECT id, event_tag, attempts, failed_at, coalesce(last_error, ''), subscriber
 			FROM outbox_events WHERE failed_at IS NOT NULL
 			ORDER BY failed_at, id`
 
@@ -269,7 +287,7 @@ func (s *sqliteStore) Failed(ctx context.Context) ([]FailedRow, error) {
 		defer rows.Close()
 		for rows.Next() {
 			var f FailedRow
-			if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError); err != nil {
+			if err := rows.Scan(&f.ID, &f.Tag, &f.Attempts, &f.FailedAt, &f.LastError, &f.Subscriber); err != nil {
 				return err
 			}
 			out = append(out, f)

@@ -63,7 +63,7 @@ func processSpan(ctx context.Context, j job) (context.Context, trace.Span) {
 			attribute.String("messaging.operation", "process"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.destination.name", j.Tag),
-			attribute.String("messaging.message.id", j.ID.String()),
+			attribute.String("messaging.message.id", j.sent().ID.String()),
 			attribute.Int("messaging.outbox.attempt", j.Attempt),
 		))
 }
