@@ -12,7 +12,8 @@ import (
 )
 
 // natsConsumer is billing's durable consumer of LABELING_EVENTS when NATS_URL is
-// set, nothing otherwise. Registered after billing.Module, it starts last and
+// set, nothing otherwise; its durable filters the subjects of the types
+// billing has a handler for. Registered after billing.Module, it starts last and
 // stops first, before the pool closes, within its own share of the stop
 // budget (stream.ConsumerStopShare).
 func natsConsumer(cfg config.Billing) fx.Option {
@@ -24,7 +25,10 @@ func natsConsumer(cfg config.Billing) fx.Option {
 		if err != nil {
 			return err
 		}
-		c, err := stream.NewConsumer(cfg.NATS, handle, logger)
+		// Its durable takes the types billing handles, nothing else.
+		cc := cfg.NATS
+		cc.Types = svc.Types()
+		c, err := stream.NewConsumer(cc, handle, logger)
 		if err != nil {
 			return err
 		}

@@ -64,8 +64,41 @@ func TestLoadLabeling(t *testing.T) {
 		require.Greater(t, c.NATS.DuplicateWindow, c.Relay.Lease+c.Relay.RetryMax+c.Relay.HandlerTimeout,
 			"the default window covers a lease, the longest retry delay and a handler timeout")
 		require.Equal(t, []string{"billing"}, c.NATS.Consumers, "the stream keeps every message for billing")
+		require.Empty(t, c.NATS.ConsumerTypes, "each durable takes every type")
 		require.Empty(t, c.NATS.Creds)
 	})
+
+	t.Run("NATS_CONSUMER_<N>_TYPES gives the types of each durable of NATS_CONSUMERS named, looked up by its name", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["NATS_CONSUMERS"] = "billing,ledger,e2e-audit"
+		kv["NATS_CONSUMER_ledger_TYPES"] = "RuleActivated"
+		kv["NATS_CONSUMER_e2e-audit_TYPES"] = " RuleDeactivated , RuleActivated"
+		kv["NATS_CONSUMER_other_TYPES"] = "Nope" // not a durable of NATS_CONSUMERS: never read
+		c, err := config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, map[string][]string{"ledger": {"RuleActivated"}, "e2e-audit": {"RuleDeactivated", "RuleActivated"}},
+			c.NATS.ConsumerTypes, "billing, unset, takes every type")
+	})
+
+	for _, tc := range []struct{ name, value, says string }{
+		{"a type labeling does not publish", "RuleActivated,RuleRenamed", `"RuleRenamed" is not an event type labeling publishes (RuleActivated, RuleDeactivated)`},
+		{"a blank list", " ", "not a list of event types"},
+		{"an empty type in the list", "RuleActivated,,RuleDeactivated", "not a list of event types"},
+		{"a type twice", "RuleActivated,RuleActivated", "listed twice"},
+	} {
+		t.Run("rejects "+tc.name+" in NATS_CONSUMER_<N>_TYPES with one line naming the variable", func(t *testing.T) {
+			t.Parallel()
+			kv := base()
+			kv["NATS_CONSUMERS"] = "billing,ledger"
+			kv["NATS_CONSUMER_ledger_TYPES"] = tc.value
+			_, err := config.LoadLabeling(env(kv))
+			require.Error(t, err)
+			require.True(t, strings.HasPrefix(err.Error(), "NATS_CONSUMER_ledger_TYPES: "), err.Error())
+			require.Contains(t, err.Error(), tc.says)
+			require.NotContains(t, err.Error(), "\n")
+		})
+	}
 
 	t.Run("nats transport with a server list", func(t *testing.T) {
 		t.Parallel()

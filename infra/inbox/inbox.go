@@ -389,6 +389,17 @@ func (ib *Inbox[V]) Handles(typ string) bool {
 	return ok
 }
 
+// Types are the event types the consumer has a handler for, in the order of
+// its handlers: what its durable of the stream takes (stream.ConsumerConfig's
+// Types), so a type it has no handler for never reaches it over NATS.
+func (ib *Inbox[V]) Types() []string {
+	out := make([]string, 0, len(ib.c.Handlers))
+	for _, h := range ib.c.Handlers {
+		out = append(out, h.typ)
+	}
+	return out
+}
+
 func (ib *Inbox[V]) notHandled(typ string) error {
 	return fault.Errorf(fault.NotImplemented, "event type %s is not handled by %s", quotedType(typ), ib.c.Name)
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,6 +68,14 @@ type ConsumerConfig struct {
 	// nats_consumer_oldest_unacked_age_seconds) are read from the server; 15s
 	// when zero.
 	GaugeEvery time.Duration
+	// Types are the event types the consumer handles (billing's: its
+	// handlers'); empty is every type. The durable filters their subjects,
+	// labeling.events.<Type> (Filter: one subject a type on NATS 2.10 or
+	// later; on 2.9 one type only, several taking every subject), so the
+	// stream neither delivers nor keeps for it a type it does not handle; a
+	// message of another type that reaches it anyway (2.9, or a filter kept
+	// from before) is acked unhandled.
+	Types []string
 }
 
 // ConsumerStopShare is a consumer's share of the stop budget (contract
@@ -119,21 +129,24 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	return c
 }
 
-// JetStreamConfig is the durable consumer the Consumer creates or updates: every
-// message of the stream from the first, explicit acks, unlimited deliveries (a
-// message ends by an ack or a term, never by a count the server keeps silently).
+// JetStreamConfig is the durable consumer the Consumer creates or updates on
+// NATS 2.10 or later: every message of the stream from the first that its
+// filter takes (Filter of Types), explicit acks, unlimited deliveries (a
+// message ends by an ack or a term, never by a count the server keeps
+// silently). The Consumer and labeling's Publisher adapt the filter to the
+// server they reach (Filter, and on 2.9 an existing durable's own).
 func (c ConsumerConfig) JetStreamConfig() jetstream.ConsumerConfig {
 	c = c.withDefaults()
-	return jetstream.ConsumerConfig{
+	subjects, _ := Filter(c.Types, "2.10.0")
+	return withFilter(jetstream.ConsumerConfig{
 		Durable:       c.Durable,
 		Description:   "durable pull consumer of " + Name,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
 		MaxDeliver:    -1,
-		FilterSubject: Subjects,
 		MaxAckPending: 1000,
-	}
+	}, subjects)
 }
 
 // Consumer runs one durable pull consumer: it creates or updates it (retrying
@@ -150,6 +163,10 @@ type Consumer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	gauges chan struct{} // closed when gaugeLoop has ended
+
+	takes  map[string]bool          // Subject of each of cfg.Types; nil takes every subject
+	filter atomic.Pointer[[]string] // the durable's filter as the server last reported it
+	noted  map[string]bool          // the loop's notes on the filter, each logged once
 }
 
 // NewConsumer returns a consumer of cfg that hands messages to handle.
@@ -160,7 +177,23 @@ func NewConsumer(cfg ConsumerConfig, handle Handler, logger *slog.Logger) (*Cons
 	if cfg.Durable == "" {
 		return nil, errors.New("stream: a consumer needs a durable name")
 	}
-	return &Consumer{cfg: cfg.withDefaults(), handle: handle, logger: logger.With("consumer", cfg.Durable)}, nil
+	c := &Consumer{cfg: cfg.withDefaults(), handle: handle, logger: logger.With("consumer", cfg.Durable), noted: map[string]bool{}}
+	for _, t := range cfg.Types {
+		if c.takes == nil {
+			c.takes = map[string]bool{}
+		}
+		c.takes[Subject(t)] = true
+	}
+	return c, nil
+}
+
+// Filter is the durable's filter as the server reported it when the
+// consumer last created or updated it (Applied), nil before that.
+func (c *Consumer) Filter() []string {
+	if f := c.filter.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // Start connects (or keeps trying in the background) and starts the loop.
@@ -233,7 +266,7 @@ func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 	}
 	for ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cons, err := js.CreateOrUpdateConsumer(cctx, Name, c.cfg.JetStreamConfig())
+		cons, err := c.createOrUpdate(cctx, js)
 		cancel()
 		if err != nil {
 			if !fail("create", err) {
@@ -249,7 +282,7 @@ func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 			}
 			continue
 		}
-		c.logger.Info("nats consumer ready", "stream", Name)
+		c.logger.Info("nats consumer ready", "stream", Name, "filter", c.Filter())
 		for {
 			msg, err := it.Next(jetstream.NextContext(ctx))
 			if err != nil {
@@ -276,6 +309,34 @@ func (c *Consumer) loop(ctx context.Context, js jetstream.JetStream) {
 	}
 }
 
+// createOrUpdate creates the durable, or updates it to the configuration
+// (durableConfig: the filter the server's version can apply), and keeps the
+// filter the server reports it applied: what the durable takes is the
+// server's answer, not what was asked.
+func (c *Consumer) createOrUpdate(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	version := c.nc.ConnectedServerVersion()
+	jc, note, err := durableConfig(ctx, js, c.cfg, version)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" && !c.noted[note] {
+		c.noted[note] = true
+		c.logger.Warn("nats consumer filter", "stream", Name, "types", c.cfg.Types, "note", note)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, Name, jc)
+	if err != nil {
+		return nil, err
+	}
+	applied := Applied(cons.CachedInfo().Config)
+	c.filter.Store(&applied)
+	if want := Applied(jc); !slices.Equal(applied, want) {
+		// A server that dropped what it did not understand: say what it does.
+		c.logger.Warn("nats consumer filter not applied as sent", "stream", Name, "sent", want, "applied", applied,
+			"server", version)
+	}
+	return cons, nil
+}
+
 // process hands msg to the handler under a bound of AckWait (past it the server
 // redelivers anyway) and settles it by the outcome.
 func (c *Consumer) process(msg jetstream.Msg) {
@@ -283,6 +344,16 @@ func (c *Consumer) process(msg jetstream.Msg) {
 		Signature: msg.Headers().Get(SignatureHeader), Data: msg.Data()}
 	if meta, err := msg.Metadata(); err == nil {
 		m.Sequence, m.Stored, m.Delivered = meta.Sequence.Stream, meta.Timestamp, meta.NumDelivered
+	}
+	if c.takes != nil && !c.takes[m.Subject] {
+		// A type this consumer does not handle, on a durable that takes it
+		// anyway (several types on NATS 2.9, or a filter kept from before):
+		// it is not this consumer's, as a filter would have said.
+		if aerr := msg.Ack(); aerr != nil {
+			c.logger.Warn("nats ack failed", "seq", m.Sequence, "msg_id", m.MsgID, "err", aerr.Error())
+		}
+		consumed.WithLabelValues(c.cfg.Durable, ConsumeSkipped).Inc()
+		return
 	}
 	// The redelivery clock starts now, not when the message was pulled ahead.
 	_ = msg.InProgress()

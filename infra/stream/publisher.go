@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,12 @@ type PublisherConfig struct {
 	// anything, since an interest stream does not store a message no consumer is
 	// there to want. Billing's "billing" first.
 	Consumers []string
+	// ConsumerTypes (NATS_CONSUMER_<N>_TYPES) are the event types labeling
+	// creates each durable of Consumers with, when it is missing: its filter
+	// (Filter). A durable absent here takes every type. Labeling never
+	// changes an existing durable (its own service owns it): which subjects a
+	// durable takes is what the server reports of it.
+	ConsumerTypes map[string][]string
 	// CheckEvery is how often the stream and the consumers are checked again
 	// (a deleted durable is recreated); 30s when zero.
 	CheckEvery time.Duration
@@ -70,6 +78,11 @@ func (c PublisherConfig) Check(name func(field string) string) error {
 	case c.Retention > 0 && c.DuplicateWindow > c.Retention:
 		return fmt.Errorf("%s: %s is longer than %s (%s), which is how long a published row is kept",
 			name("DuplicateWindow"), c.DuplicateWindow, name("Retention"), c.Retention)
+	}
+	for durable := range c.ConsumerTypes {
+		if !slices.Contains(c.Consumers, durable) {
+			return fmt.Errorf("%s: types given for %s, which is not one of %s", name("ConsumerTypes"), durable, name("Consumers"))
+		}
 	}
 	return nil
 }
@@ -115,6 +128,7 @@ type Publisher struct {
 
 	mu        sync.Mutex
 	instances map[string]instance // each durable of cfg.Consumers as last seen by ensure
+	noted     map[string]bool     // notes on the durables' filters, each logged once
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -273,16 +287,26 @@ func (p *Publisher) ensure(ctx context.Context) error {
 	}
 	seen := map[string]time.Time{}
 	for _, durable := range p.cfg.Consumers {
+		types := p.cfg.ConsumerTypes[durable]
+		want, narrowed := Filter(types, p.nc.ConnectedServerVersion())
 		c, err := p.js.Consumer(ctx, Name, durable)
 		if err == nil {
 			seen[durable] = c.CachedInfo().Created
+			if have := Applied(c.CachedInfo().Config); types != nil && !slices.Equal(have, want) {
+				p.note(fmt.Sprintf("durable %s takes %s, not the %s of its types: labeling leaves an existing durable as it is "+
+					"(its own service owns it), and settles by what it takes", durable, strings.Join(have, ","), strings.Join(want, ",")))
+			}
 			continue
 		}
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("consumer %s: %w", durable, err)
 		}
+		if !narrowed {
+			p.note(fmt.Sprintf("durable %s is made to take every subject: NATS %s has no FilterSubjects (2.10 and later) "+
+				"for its several types", durable, p.nc.ConnectedServerVersion()))
+		}
 		// Create, never update: the consumer's own service owns its settings.
-		c, err = p.js.CreateConsumer(ctx, Name, ConsumerConfig{Durable: durable}.JetStreamConfig())
+		c, err = p.js.CreateConsumer(ctx, Name, withFilter(ConsumerConfig{Durable: durable}.JetStreamConfig(), want))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 			return fmt.Errorf("create consumer %s: %w", durable, err)
 		}
@@ -292,7 +316,8 @@ func (p *Publisher) ensure(ctx context.Context) error {
 			}
 		}
 		seen[durable] = c.CachedInfo().Created
-		p.logger.Info("nats consumer created, so the stream keeps every message for it", "stream", Name, "consumer", durable)
+		p.logger.Info("nats consumer created, so the stream keeps every message of its filter for it", "stream", Name,
+			"consumer", durable, "filter", Applied(c.CachedInfo().Config))
 	}
 	// Read after every durable was seen: a message stored at a greater
 	// sequence was stored after each of these incarnations existed.
@@ -317,6 +342,21 @@ func (p *Publisher) ensure(ctx context.Context) error {
 	}
 	p.ready.Store(true)
 	return nil
+}
+
+// note logs msg the first time only: a fact about the durables that holds
+// until an operator changes it, checked every CheckEvery.
+func (p *Publisher) note(msg string) {
+	p.mu.Lock()
+	if p.noted == nil {
+		p.noted = map[string]bool{}
+	}
+	first := !p.noted[msg]
+	p.noted[msg] = true
+	p.mu.Unlock()
+	if first {
+		p.logger.Warn("nats consumer filter", "stream", Name, "note", msg)
+	}
 }
 
 // Publish publishes m to labeling.events.<tag> with Nats-Msg-Id = the row id and
@@ -461,7 +501,8 @@ func (d durableState) keptByBoundary(seq uint64) bool {
 }
 
 // confirm returns nil only if the message of m that the stream acked at seq is
-// kept for every durable of cfg.Consumers, that is, was stored while an
+// kept for every durable of cfg.Consumers whose filter takes its subject (as
+// the server reports the durable after the ack), that is, was stored while an
 // incarnation of each existed: an interest stream then removes it only once
 // that incarnation has acked or terminated it (or is deleted). It reads each
 // durable after the ack, so the incarnation it reads existed from its
@@ -491,11 +532,18 @@ func (d durableState) keptByBoundary(seq uint64) bool {
 // its id has left the duplicate window, when its next publish is stored anew.
 // A missing durable also makes the row wait, a short while: labeling makes it
 // again, and the next try decides.
+//
+// A subject no durable of cfg.Consumers takes is settled on the ack: the
+// stream keeps such a message for no durable of labeling's (a team's own
+// durable that takes it still holds it), and waiting would keep the row for
+// a consumer that is never coming. It is logged once a subject (noTaker).
 func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) error {
 	p.mu.Lock()
 	want := maps.Clone(p.instances)
 	p.mu.Unlock()
+	subject := Subject(m.Tag)
 	var undecided []durableState
+	takers := 0
 	for _, durable := range p.cfg.Consumers {
 		c, err := p.js.Consumer(ctx, Name, durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -507,6 +555,10 @@ func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) e
 		if err != nil {
 			return fmt.Errorf("durable %s: %w", durable, err)
 		}
+		if !Takes(c.CachedInfo().Config, subject) {
+			continue
+		}
+		takers++
 		in, known := want[durable]
 		d := durableState{name: durable, created: c.CachedInfo().Created, seen: in, known: known}
 		if known && !d.created.Equal(in.created) {
@@ -517,6 +569,9 @@ func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) e
 		if !d.keptByCreation(m) && !d.keptByBoundary(seq) {
 			undecided = append(undecided, d)
 		}
+	}
+	if takers == 0 {
+		p.noTaker(subject)
 	}
 	if len(undecided) == 0 {
 		return nil
@@ -539,6 +594,22 @@ func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) e
 		"perhaps dropped for no interest: %w; waiting for its id to leave the duplicate window (%s)",
 		seq, d.name, d.created.UTC().Format(time.RFC3339Nano), time.UnixMilli(m.CreatedAt).UTC().Format(time.RFC3339Nano),
 		errNotKept, p.cfg.DuplicateWindow), p.windowWait(m))
+}
+
+// noTaker logs, once a subject, that no durable of cfg.Consumers takes it,
+// so its rows are settled on the publish ack alone.
+func (p *Publisher) noTaker(subject string) {
+	p.mu.Lock()
+	if p.noted == nil {
+		p.noted = map[string]bool{}
+	}
+	first := !p.noted[subject]
+	p.noted[subject] = true
+	p.mu.Unlock()
+	if first {
+		p.logger.Warn("no durable takes "+subject+": its messages are settled after their publish ack, kept for no durable of NATS_CONSUMERS",
+			"stream", Name, "consumers", p.cfg.Consumers)
+	}
 }
 
 // windowWait is how long a row whose id may be in the duplicate window as a

@@ -195,6 +195,7 @@ const (
 	ConsumeAcked      = "acked"      // handled and acked
 	ConsumeNaked      = "naked"      // a transient failure: redelivered after a delay
 	ConsumeTerminated = "terminated" // no retry can help: recorded by the handler, never redelivered
+	ConsumeSkipped    = "skipped"    // a type the consumer does not handle, its durable taking it anyway: acked unhandled
 )
 
 var (
@@ -204,7 +205,7 @@ var (
 	}, []string{"outcome"})
 	consumed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nats_consumed_total",
-		Help: "JetStream messages handled by a durable consumer, by consumer and outcome (acked, naked, terminated).",
+		Help: "JetStream messages handled by a durable consumer, by consumer and outcome (acked, naked, terminated, skipped: a type it does not handle, acked unhandled).",
 	}, []string{"consumer", "outcome"})
 )
 
