@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/example/ledger"
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/sqldb"
 )
@@ -32,41 +33,41 @@ func TestFanoutKills(t *testing.T) {
 }
 
 func fanoutKills(t *testing.T, d sqldb.Dialect, tr string) {
-	billAfter, ledgerAfter := failpoint.BillingEventsAfterCommit, ledgerAfterCommit
+	billAfter, ledgerAfter := failpoint.BillingEventsAfterCommit, ledger.FailpointAfterCommit
 	if tr == transportNATS {
-		billAfter, ledgerAfter = failpoint.BillingNATSAfterCommit, ledgerNATSAfterCommit
+		billAfter, ledgerAfter = failpoint.BillingNATSAfterCommit, ledger.FailpointNATSAfterCommit
 	}
 	// Armed with a count, so that each dies under the load, a few applies in.
 	c := setup(t, config{dialect: d, transport: tr,
 		billingFailpoints: failpoint.BillingEventsBeforeCommit + "=5*exit",
-		ledger:            &ledgerConfig{failpoints: ledgerBeforeCommit + "=3*exit"}})
+		ledger:            &ledgerConfig{failpoints: ledger.FailpointBeforeCommit + "=3*exit"}})
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("kill schedule seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	ledger := c.ledger
+	lg := c.ledger
 
 	l := startLoad(t, c, loadOptions{clients: 4, rules: 3, maxOps: 1000, pace: 20 * time.Millisecond})
 	c.billing.requireDiedAt(t, failpoint.BillingEventsBeforeCommit)
 	t.Logf("billing died before its commit")
 	c.billing.restartArmed(t, billAfter+"=3*exit")
-	ledger.requireDiedAt(t, ledgerBeforeCommit)
+	lg.requireDiedAt(t, ledger.FailpointBeforeCommit)
 	t.Logf("the ledger died before its commit")
-	ledger.proc.restartArmed(t, ledgerAfter+"=2*exit")
+	lg.proc.restartArmed(t, ledgerAfter+"=2*exit")
 	c.billing.requireDiedAt(t, billAfter)
 	t.Logf("billing died after its commit")
 	c.billing.restart(t)
-	ledger.requireDiedAt(t, ledgerAfter)
+	lg.requireDiedAt(t, ledgerAfter)
 	t.Logf("the ledger died after its commit")
-	ledger.proc.restart(t)
+	lg.proc.restart(t)
 
-	victims := []*proc{c.billing, ledger.proc, c.billing, ledger.proc}
+	victims := []*proc{c.billing, lg.proc, c.billing, lg.proc}
 	rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
 	for _, v := range victims {
 		<-time.After(time.Second + time.Duration(rng.Int64N(int64(time.Second))))
 		l.waitOps(t, 5)
 		t.Logf("kill -9 %s (pid %d)", v.name, v.pid())
-		if v == ledger.proc {
-			ledger.kill()
+		if v == lg.proc {
+			lg.kill()
 		} else {
 			v.kill()
 		}
@@ -78,7 +79,7 @@ func fanoutKills(t *testing.T, d sqldb.Dialect, tr string) {
 	s := c.requireLedgerConverged(t)
 	l.requireFinalStates(t, s)
 	require.Positive(t, c.billing.duplicatesSoFar(t), "billing absorbed the redelivery of what it committed before dying")
-	require.Positive(t, ledger.proc.duplicatesSoFar(t), "the ledger absorbed the redelivery of what it committed before dying")
+	require.Positive(t, lg.proc.duplicatesSoFar(t), "the ledger absorbed the redelivery of what it committed before dying")
 }
 
 // subscriberOutage is how long the ledger stays down in TestSubscriberDown:
@@ -116,19 +117,19 @@ func subscriberDown(t *testing.T, d sqldb.Dialect, tr string) {
 	// at the retry cap without one dead-lettered.
 	c := setup(t, config{dialect: d, transport: tr, ledger: &ledgerConfig{},
 		maxAttempts: 25 + int(outage/retryMax)})
-	ledger := c.ledger
+	lg := c.ledger
 
 	l := startLoad(t, c, loadOptions{clients: 2, rules: 3, maxOps: 1 << 30, pace: 50 * time.Millisecond})
 	t0 := time.Now()
 	l.waitOps(t, 5)
 	<-time.After(up - time.Since(t0))
 
-	ledger.proc.harvest() // its duplicates so far: a frozen process answers no /metrics
-	ledger.proc.current().Signal(t, syscall.SIGSTOP)
+	lg.proc.harvest() // its duplicates so far: a frozen process answers no /metrics
+	lg.proc.current().Signal(t, syscall.SIGSTOP)
 	t1 := time.Now() // an event created from here on cannot reach the ledger before it restarts
 	t.Logf("the ledger is frozen (SIGSTOP) for %s", outage/2)
 	<-time.After(outage / 2)
-	ledger.kill()
+	lg.kill()
 	t.Logf("the ledger is killed (SIGKILL) and stays down %s", outage-outage/2)
 	<-time.After(outage - time.Since(t1))
 	t2 := time.Now()
@@ -173,7 +174,7 @@ func subscriberDown(t *testing.T, d sqldb.Dialect, tr string) {
 	require.Less(t, during.quantile(0.99), c.cfg.handlerTimeout,
 		"billing's deliveries wait for no call to the frozen ledger (its p99 with the ledger up: %s)", before.quantile(0.99))
 
-	ledger.proc.restart(t)
+	lg.proc.restart(t)
 	// The ledger catches up on the outage's backlog: bounded by the outage.
 	waitFor(t, convergeTimeout+outage/2, func() bool {
 		s, err := c.read(t.Context())

@@ -25,6 +25,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/example/ledger"
+	envconfig "github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
@@ -36,16 +38,12 @@ import (
 const (
 	// ledgerName names the second consumer everywhere: its subscriber name in
 	// labeling's SUBSCRIBERS, its durable in NATS_CONSUMERS, its metrics.
-	ledgerName = "ledger"
+	ledgerName = ledger.Name
 	// ledgerToken is its events token, distinct from billing's: a subscriber
 	// cannot forge deliveries to another.
 	ledgerToken = "e2e-ledger-token"
 	// ledgerType is the only type the ledger subscribes to.
-	ledgerType = "RuleActivated"
-	// The ledger's crash points (declared in example/ledger).
-	ledgerBeforeCommit    = "ledger.events.before-commit"
-	ledgerAfterCommit     = "ledger.events.after-commit"
-	ledgerNATSAfterCommit = "ledger.nats.after-commit"
+	ledgerType = ledger.EventType
 )
 
 // ledgerConfig is a cluster's second consumer (config.ledger).
@@ -97,9 +95,9 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 	if c.cfg.transport == transportNATS {
 		env["NATS_URL"] = natsEnv["NATS_URL"]
 		env["NATS_ACK_WAIT"] = "2s"
-		env["NATS_DURABLE"] = ledgerName
-		labEnv["NATS_CONSUMERS"] = natsEnv["NATS_CONSUMERS"] + "," + ledgerName
-		labEnv["NATS_CONSUMER_"+ledgerName+"_TYPES"] = ledgerType
+		env["NATS_DURABLE"] = ledger.Durable
+		labEnv["NATS_CONSUMERS"] = natsEnv["NATS_CONSUMERS"] + "," + ledger.Durable
+		labEnv["NATS_CONSUMER_"+ledger.Durable+"_TYPES"] = ledgerType
 	}
 	maps.Copy(env, c.cfg.env)
 	p := newProc(t, ledgerName, ledgerBinary(t), env)
@@ -109,9 +107,9 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 	p.launch(t, c.cfg.ledger.failpoints)
 	if c.cfg.transport == transportHTTP {
 		labEnv["SUBSCRIBERS"] = ledgerName
-		labEnv["SUBSCRIBER_"+ledgerName+"_URL"] = p.url()
-		labEnv["SUBSCRIBER_"+ledgerName+"_TOKEN"] = ledgerToken
-		labEnv["SUBSCRIBER_"+ledgerName+"_TYPES"] = ledgerType
+		labEnv[envconfig.SubscriberVar(ledgerName, "URL")] = p.url()
+		labEnv[envconfig.SubscriberVar(ledgerName, "TOKEN")] = ledgerToken
+		labEnv[envconfig.SubscriberVar(ledgerName, "TYPES")] = ledgerType
 	}
 	return labEnv
 }
@@ -191,14 +189,14 @@ func (l *ledgerSide) read(ctx context.Context, lab *dbtest.DB, s *snapshot) erro
 	}
 	var id uuid.UUID
 	var at int64
-	if err := each(ctx, l.db, `SELECT event_id, created_at FROM ledger_receipts`, []any{&id, &at}, func() { ls.receipts[id] = at }); err != nil {
+	if err := each(ctx, l.db, `SELECT event_id, created_at FROM `+ledger.Receipts, []any{&id, &at}, func() { ls.receipts[id] = at }); err != nil {
 		return err
 	}
 	if err := each(ctx, l.db, `SELECT event_id FROM ledger_entries`, []any{&id}, func() { ls.entries[id]++ }); err != nil {
 		return err
 	}
 	var line string
-	err = each(ctx, l.db, `SELECT 'seq ' || stream_seq || ' ' || subject || ' msg_id=' || msg_id || ': ' || reason FROM ledger_nats_failed`,
+	err = each(ctx, l.db, `SELECT 'seq ' || stream_seq || ' ' || subject || ' msg_id=' || msg_id || ': ' || reason FROM `+ledger.NATSFailed,
 		[]any{&line}, func() { ls.natsFailed = append(ls.natsFailed, line) })
 	if err != nil {
 		return err
@@ -327,7 +325,7 @@ func (c *cluster) requireLedgerDurable(t *testing.T) {
 	waitFor(t, convergeTimeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		cons, err := js.Consumer(ctx, stream.Name, ledgerName)
+		cons, err := js.Consumer(ctx, stream.Name, ledger.Durable)
 		if err != nil {
 			return false
 		}

@@ -84,7 +84,9 @@ func natsConsumer(s settings) fx.Option {
 		if err != nil {
 			return err
 		}
-		c, err := stream.NewConsumer(s.NATS, handle, logger)
+		cc := s.NATS
+		cc.Types = ib.Types() // the durable filters the ledger's types: no other type reaches it
+		c, err := stream.NewConsumer(cc, handle, logger)
 		if err != nil {
 			return err
 		}
