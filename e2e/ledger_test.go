@@ -39,8 +39,8 @@ const (
 	// ledgerName names the second consumer everywhere: its subscriber name in
 	// labeling's SUBSCRIBERS, its durable in NATS_CONSUMERS, its metrics.
 	ledgerName = ledger.Name
-	// ledgerToken is its events token, distinct from billing's: a subscriber
-	// cannot forge deliveries to another.
+	// ledgerToken is its events token over HTTP, distinct from billing's: a
+	// subscriber cannot forge deliveries to another.
 	ledgerToken = "e2e-ledger-token"
 	// ledgerType is the only type the ledger subscribes to.
 	ledgerType = ledger.EventType
@@ -96,6 +96,10 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 		env["NATS_URL"] = natsEnv["NATS_URL"]
 		env["NATS_ACK_WAIT"] = "2s"
 		env["NATS_DURABLE"] = ledger.Durable
+		// Over NATS the token is the stream's signing key (labeling signs each
+		// message with its EVENTS_TOKEN): every consumer of the stream holds
+		// the same one. Its own token is HTTP's (SUBSCRIBER_<NAME>_TOKEN).
+		env["EVENTS_TOKEN"] = eventsToken
 		labEnv["NATS_CONSUMERS"] = natsEnv["NATS_CONSUMERS"] + "," + ledger.Durable
 		labEnv["NATS_CONSUMER_"+ledger.Durable+"_TYPES"] = ledgerType
 	}
