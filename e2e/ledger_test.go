@@ -1,7 +1,7 @@
 package e2e
 
 // The second consumer (issue 33): the example consumer example/ledger, built
-// with -tags failpoints and run as a real process beside billing, subscribed
+// with -tags failpoints by TestMain and run as a real process beside billing, subscribed
 // to RuleActivated only. Over HTTP labeling delivers each RuleActivated to it
 // as a subscriber of its own (SUBSCRIBERS, its own URL and token: one row per
 // delivery in outbox_events); over NATS its durable filters the stream on
@@ -32,7 +32,6 @@ import (
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
-	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
 
 const (
@@ -62,13 +61,6 @@ type ledgerSide struct {
 
 	mu      sync.Mutex
 	applied int // events it applied, at the last convergence
-}
-
-// ledgerBinary builds example/ledger/cmd/ledger with failpoints, once per
-// test binary, on the first scenario that runs the ledger.
-func ledgerBinary(t *testing.T) string {
-	t.Helper()
-	return proctest.Build(t, "./example/ledger/cmd/ledger", "failpoints")
 }
 
 // startLedger starts cfg.ledger, if any, on a database of its own (migrated
@@ -104,7 +96,7 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 		labEnv["NATS_CONSUMER_"+ledger.Durable+"_TYPES"] = ledgerType
 	}
 	maps.Copy(env, c.cfg.env)
-	p := newProc(t, ledgerName, ledgerBinary(t), env)
+	p := newProc(t, ledgerName, ledgerBin, env)
 	p.consumer = ledgerName
 	c.ledger = &ledgerSide{t: t, tr: c.cfg.transport, proc: p, db: db}
 	t.Cleanup(c.ledger.teardown) // after every life's harvest: registered before its starts

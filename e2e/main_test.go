@@ -14,6 +14,7 @@ import (
 var (
 	labelingBin string
 	billingBin  string
+	ledgerBin   string // the example consumer, the fan-out scenarios' second consumer
 )
 
 func TestMain(m *testing.M) {
@@ -41,12 +42,15 @@ func run(m *testing.M) int {
 	return code
 }
 
-// buildBinaries builds cmd/labeling and cmd/billing with failpoints.
+// buildBinaries builds cmd/labeling, cmd/billing and example/ledger/cmd/ledger with failpoints.
 func buildBinaries() (err error) {
 	if labelingBin, err = proctest.Binary("./cmd/labeling", "failpoints"); err != nil {
 		return err
 	}
 	if billingBin, err = proctest.Binary("./cmd/billing", "failpoints"); err != nil {
+		return err
+	}
+	if ledgerBin, err = proctest.Binary("./example/ledger/cmd/ledger", "failpoints"); err != nil {
 		return err
 	}
 	natsServerBin, err = findNATSServer()
