@@ -114,8 +114,9 @@ type cluster struct {
 	http        *http.Client
 	// With cfg.proxied, the proxies between each service and its database.
 	labProxy, billProxy *proxytest.Proxy
-	provider            *standIn    // cfg.provider: the second hop's stand-in, or nil
-	ledger              *ledgerSide // cfg.ledger: the second consumer, or nil
+	provider            *standIn // cfg.provider: the second hop's stand-in, or nil
+	// cfg.ledger: the second consumer, or nil.
+	ledger *ledgerSide
 
 	mu       sync.Mutex
 	requests int
@@ -327,7 +328,6 @@ type proc struct {
 	// consumer names the metrics (NAME_events_total) of a consumer other than
 	// billing (the ledger), whose duplicates are its already_applied outcomes.
 	consumer string
-	args     []string // the command line's arguments; nil: serve
 
 	mu        sync.Mutex
 	life      *proctest.Process // the latest start; nil before the first
@@ -398,11 +398,7 @@ func (p *proc) startLife(failpoints string, mayExit bool) error {
 		env["FAILPOINTS"] = failpoints
 	}
 	p.starts++
-	args := p.args
-	if args == nil {
-		args = []string{"serve"}
-	}
-	life := proctest.Start(p.t, p.bin, env, args...)
+	life := proctest.Start(p.t, p.bin, env, "serve")
 	p.t.Logf("e2e: start #%d of %s on %s (pid %d), FAILPOINTS=%q", p.starts, p.name, p.addr, life.Pid(), failpoints)
 	p.mu.Lock()
 	p.life, p.harvested = life, false
