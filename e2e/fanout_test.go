@@ -183,6 +183,7 @@ func subscriberDown(t *testing.T, d sqldb.Dialect, tr string) {
 		"billing's deliveries wait for no call to the frozen ledger (its p99 with the ledger up: %s)", before.quantile(0.99))
 
 	lg.proc.restart(t)
+	back := time.Now()
 	// The ledger catches up on the outage's backlog: bounded by the outage.
 	waitFor(t, convergeTimeout+outage/2, func() bool {
 		s, err := c.read(t.Context())
@@ -194,6 +195,7 @@ func subscriberDown(t *testing.T, d sqldb.Dialect, tr string) {
 		}
 		return true
 	}, "the restarted ledger applies every RuleActivated it missed")
+	t.Logf("the restarted ledger applied every RuleActivated it missed in %s", time.Since(back).Round(time.Millisecond))
 	l.waitOps(t, 5)
 	l.finish(t)
 	s = c.requireLedgerConverged(t)
