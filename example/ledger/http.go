@@ -24,6 +24,12 @@ const (
 // on loopback (a team puts its own guard on them).
 func Register(e *echo.Echo, db sqldb.DB, ib *inbox.Inbox[Entry], intake *inbox.Intake[Entry]) {
 	e.POST("/internal/v1/events", intake.Deliver)
+	RegisterReads(e, db, ib)
+}
+
+// RegisterReads adds the reads alone: GET /v1/entries/count and GET
+// /v1/entries (?limit=, 1 to MaxListLimit, default DefaultListLimit).
+func RegisterReads(e *echo.Echo, db sqldb.DB, ib *inbox.Inbox[Entry]) {
 	e.GET("/v1/entries/count", func(c echo.Context) error {
 		n, err := Count(c.Request().Context(), db)
 		if err != nil {
