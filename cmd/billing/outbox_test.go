@@ -51,7 +51,7 @@ func TestOutboxCommands(t *testing.T) {
 			f := setupBillingOutbox(t, d)
 			r := runCmd(t, f.env, "outbox", "failed")
 			require.Equal(t, 0, r.code, r.stderr)
-			require.Equal(t, f.failed.String()+"\tQuotaChanged\t10\t2024-02-29T23:59:59.007Z\tprovider answered 410:\\n\\tgone\n", r.stdout)
+			require.Equal(t, f.failed.String()+"\tQuotaChanged\t10\t2024-02-29T23:59:59.007Z\tprovider answered 410:\\n\\tgone\tprovider\n", r.stdout)
 
 			r = runCmd(t, f.env, "outbox", "requeue", f.failed.String(), uuid.NewString())
 			require.Equal(t, 0, r.code, r.stderr)

@@ -125,7 +125,8 @@ func TestUsage(t *testing.T) {
 		_, stdout, _ := runCLI(nil, "help")
 		_, environment, found := strings.Cut(stdout, "\nconfiguration (environment):\n")
 		require.True(t, found, stdout)
-		named := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b`).FindAllString(environment, -1)
+		// SUBSCRIBER_<NAME>_URL is a template, SUBSCRIBERS the one name without _.
+		named := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<NAME>))+\b|\bSUBSCRIBERS\b`).FindAllString(environment, -1)
 		require.ElementsMatch(t, config.LabelingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
 	})
 
@@ -209,7 +210,7 @@ func TestOutboxCommands(t *testing.T) {
 			code, stdout, stderr := runCLI(f.vars, "outbox", "failed")
 
 			require.Equal(t, exitOK, code, stderr)
-			require.Equal(t, f.failed.String()+"\tRuleActivated\t10\t2024-02-29T23:59:59.007Z\tbilling said 400:\\n\\tbad\\\\payload\n", stdout)
+			require.Equal(t, f.failed.String()+"\tRuleActivated\t10\t2024-02-29T23:59:59.007Z\tbilling said 400:\\n\\tbad\\\\payload\tbilling\n", stdout)
 		})
 
 		t.Run("requeue makes the named failed rows pending with attempts reset", func(t *testing.T) {

@@ -92,7 +92,7 @@ func TestServeProcess(t *testing.T) {
 			_, _ = metrics.ReadFrom(resp.Body)
 			resp.Body.Close()
 			require.Contains(t, metrics.String(), `http_requests_total{code="201",method="POST",route="/v1/orgs/:orgId/rules"} 1`)
-			require.Contains(t, metrics.String(), `outbox_events_appended_total{tag="RuleActivated"} 1`)
+			require.Contains(t, metrics.String(), `outbox_events_appended_total{subscriber="",tag="RuleActivated"} 1`)
 			require.Contains(t, metrics.String(), "outbox_oldest_pending_age_seconds", "the backlog gauges are served")
 			require.Contains(t, metrics.String(), "outbox_failed_rows 0")
 
