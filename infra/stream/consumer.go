@@ -319,9 +319,13 @@ func (c *Consumer) createOrUpdate(ctx context.Context, js jetstream.JetStream) (
 	if err != nil {
 		return nil, err
 	}
-	if note != "" && !c.noted[note] {
-		c.noted[note] = true
-		c.logger.Warn("nats consumer filter", "stream", Name, "types", c.cfg.Types, "note", note)
+	if note.msg != "" && !c.noted[note.msg] {
+		c.noted[note.msg] = true
+		level := slog.LevelInfo
+		if note.keep {
+			level = slog.LevelWarn
+		}
+		c.logger.Log(ctx, level, "nats consumer filter", "stream", Name, "types", c.cfg.Types, "note", note.msg)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, Name, jc)
 	if err != nil {

@@ -112,19 +112,28 @@ func subjectMatches(f, subject string) bool {
 	return len(ft) == len(st)
 }
 
+// filterNote is why what a consumer sends is not the filter its types ask
+// for; keep is an existing durable's filter kept, which an operator may want
+// to change (a warning), and otherwise several types could not be narrowed
+// (the consumer skips the others itself: information).
+type filterNote struct {
+	msg  string
+	keep bool
+}
+
 // durableConfig is the configuration to create or update the durable of cfg
 // with on a server of version, and a note for the log when what is sent is
 // not the filter cfg.Types asks for: several types on a server before 2.10
 // (no narrowing), or, before 2.10, an existing durable whose filter is kept.
-func durableConfig(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, version string) (jetstream.ConsumerConfig, string, error) {
+func durableConfig(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, version string) (jetstream.ConsumerConfig, filterNote, error) {
 	want, narrowed := Filter(cfg.Types, version)
 	jc := withFilter(cfg.JetStreamConfig(), want)
 	if MultipleFilters(version) {
-		return jc, "", nil
+		return jc, filterNote{}, nil
 	}
-	note := ""
+	var note filterNote
 	if !narrowed {
-		note = fmt.Sprintf("NATS %s has no FilterSubjects (2.10 and later): a durable of several types takes every subject, "+
+		note.msg = fmt.Sprintf("NATS %s has no FilterSubjects (2.10 and later): a durable of several types takes every subject, "+
 			"and the consumer acks the types it does not handle without handling them", version)
 	}
 	c, err := js.Consumer(ctx, Name, cfg.Durable)
@@ -132,11 +141,12 @@ func durableConfig(ctx context.Context, js jetstream.JetStream, cfg ConsumerConf
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		return jc, note, nil
 	case err != nil:
-		return jetstream.ConsumerConfig{}, "", err
+		return jetstream.ConsumerConfig{}, filterNote{}, err
 	}
 	have := Applied(c.CachedInfo().Config)
 	if !slices.Equal(have, want) {
-		note = fmt.Sprintf("NATS %s: the durable keeps its filter %s, not %s: a filter update on 2.9 makes it skip the messages "+
+		note.keep = true
+		note.msg = fmt.Sprintf("NATS %s: the durable keeps its filter %s, not %s: a filter update on 2.9 makes it skip the messages "+
 			"the stream holds; to change it, wait until it has nothing pending, delete it (nats consumer rm %s %s) and start the consumer again",
 			version, strings.Join(have, ","), strings.Join(want, ","), Name, cfg.Durable)
 	}

@@ -9,6 +9,8 @@
 // Consumers (Billing first, any other team beside it) read the stream with
 // durable pull consumers and explicit acks, verify the signature (Verify), and
 // ack only after their own commit; a redelivery is theirs to absorb, by a receipt.
+// Each durable filters the subjects of the types its consumer handles (Filter),
+// so the stream neither delivers nor keeps for it a type it does not handle.
 //
 // Neither side needs NATS at start-up: connections retry for ever in the
 // background, the stream and the consumers are created or updated by background
