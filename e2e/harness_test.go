@@ -61,12 +61,12 @@ type config struct {
 	// own outbox (PROVIDER_URL, PROVIDER_SECRET) with the relay settings of
 	// labeling's, and the invariant covers billing_outbox_events and the stand-in.
 	provider *standIn
-	// billingDurableOnly leaves the audit durable out (NATS_CONSUMERS=billing):
-	// the interest stream then removes each message once billing acked it.
-	billingDurableOnly bool
 	// ledger, when set, runs the example consumer beside billing, subscribed to
 	// RuleActivated only (ledger_test.go); nil: billing is the only consumer.
 	ledger *ledgerConfig
+	// billingDurableOnly leaves the audit durable out (NATS_CONSUMERS=billing):
+	// the interest stream then removes each message once billing acked it.
+	billingDurableOnly bool
 }
 
 func (c config) withDefaults() config {
