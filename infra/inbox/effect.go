@@ -3,10 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/postgres"
@@ -35,8 +32,8 @@ type Tx interface {
 	Exec(ctx context.Context, sql string, args ...any) (int64, error)
 	// Query runs a query; the caller closes its Rows.
 	Query(ctx context.Context, sql string, args ...any) (Rows, error)
-	// QueryRow runs a query of at most one row; its Scan returns ErrNoRows
-	// when there is none, on both dialects.
+	// QueryRow runs a query of at most one row; its Scan returns an error
+	// that errors.Is ErrNoRows when there is none, on both dialects.
 	QueryRow(ctx context.Context, sql string, args ...any) Row
 }
 
@@ -53,8 +50,8 @@ type Row interface {
 	Scan(dest ...any) error
 }
 
-// ErrNoRows is what Row.Scan returns when the query returned no row, on both
-// dialects.
+// ErrNoRows is what Row.Scan's error is (errors.Is) when the query returned
+// no row, on both dialects.
 var ErrNoRows = sql.ErrNoRows
 
 // pgTx is Tx on a PostgreSQL transaction.
@@ -73,19 +70,10 @@ func (t pgTx) Query(ctx context.Context, sql string, args ...any) (Rows, error) 
 	return rows, nil
 }
 
+// QueryRow's no-row error is pgx.ErrNoRows, which is also ErrNoRows
+// (errors.Is: pgx wraps database/sql's).
 func (t pgTx) QueryRow(ctx context.Context, sql string, args ...any) Row {
-	return pgRow{t.tx.QueryRow(ctx, sql, args...)}
-}
-
-// pgRow reads pgx's no-row error as ErrNoRows.
-type pgRow struct{ row pgx.Row }
-
-func (r pgRow) Scan(dest ...any) error {
-	err := r.row.Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNoRows
-	}
-	return err
+	return t.tx.QueryRow(ctx, sql, args...)
 }
 
 // sqliteTx is Tx on a SQLite transaction.

@@ -4,15 +4,15 @@
 // The guarantee: an event's effect commits in the same transaction as its
 // receipt, keyed by the event id, or neither commits. The inbox inserts the
 // receipts first and hands the slice's effect only the events whose receipt
-// is new, inside that transaction (on PostgreSQL as part of the one statement
-// that inserts the receipts, on SQLite through the transaction's executor), so
-// a redelivery finds its receipt and applies nothing, and a crash or an error
-// at any point before the commit leaves neither the receipt nor the effect.
-// An effect is never given a way to run outside the transaction: it is a
-// statement the inbox embeds, or a function of the transaction's executor.
+// is new, inside that transaction, so a redelivery finds its receipt and
+// applies nothing, and a crash or an error at any point before the commit
+// leaves neither the receipt nor the effect. An effect is never given a way
+// to run outside the transaction: it is a Go function of the transaction
+// (EffectFunc, the same on both dialects), or, on PostgreSQL's fast path, a
+// statement the inbox embeds in the one statement that inserts the receipts.
 //
 // A slice brings a Consumer: its handlers (event type → decoded value), its
-// effect per dialect on its own tables, its receipts table and its NATS
+// effect on its own tables, its receipts table and its NATS
 // dead-letter table. The inbox brings the rest, written once for both
 // dialects: group apply (concurrent deliveries in one transaction), the
 // contention retry, the HTTP intake (Intake), the NATS JetStream handler with
