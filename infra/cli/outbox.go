@@ -27,8 +27,9 @@ type OutboxStore func(fn func(ctx context.Context, store outbox.Store, stdout, s
 // OutboxCommands are `outbox failed`, `outbox requeue ID...` / `outbox
 // requeue --all-failed` and `outbox delete ID...` on the store withStore
 // gives, for a binary's command table. defaultSubscriber is how `outbox
-// failed` names the subscriber of a row whose subscriber column is ”
-// (outbox.DefaultSubscriber): labeling's billing, billing's provider.
+// failed` names the subscriber of a row for the table's default subscriber
+// (outbox.DefaultSubscriber, the empty name): labeling's billing, billing's
+// provider.
 func OutboxCommands(withStore OutboxStore, defaultSubscriber string) []Command {
 	return []Command{
 		{

@@ -114,8 +114,8 @@ func TestPlansStayOnIndexes(t *testing.T) {
 				t.Run("the claim reads outbox_events_pending_idx and the primary key with a "+mode, func(t *testing.T) {
 					for _, size := range []int{10, 100, 1000} {
 						for _, floor := range []int64{0, now - time.Minute.Milliseconds()} {
-							p := explain(t, db, mode, "claim(bigint, bigint, bigint, integer, bigint, integer, uuid)", outbox.ClaimSQL(size),
-								fmt.Sprintf("%d, %d, %d, %d, %d, %d, '%s'", now, now+lease, lease, max(1, size/3), floor, 10, uuid.NewString()))
+							p := explain(t, db, mode, "claim(bigint, bigint, bigint, integer, bigint, integer, uuid, text)", outbox.ClaimSQL(size),
+								fmt.Sprintf("%d, %d, %d, %d, %d, %d, '%s', ''", now, now+lease, lease, max(1, size/3), floor, 10, uuid.NewString()))
 							require.Contains(t, p, "Index Scan using outbox_events_pending_idx", p)
 							require.Contains(t, p, "outbox_events_pkey", p)
 							require.NotContains(t, p, "Seq Scan", p)
@@ -187,12 +187,12 @@ func TestPlansPreparedOnAnEmptyOutbox(t *testing.T) {
 	}
 	now := time.Now().UnixMilli()
 	lease := time.Minute.Milliseconds()
-	claimArgs := fmt.Sprintf("%d, %d, %d, %d, %d, %d, '%s'", now, now+lease, lease, 40, 0, 10, uuid.NewString())
+	claimArgs := fmt.Sprintf("%d, %d, %d, %d, %d, %d, '%s', ''", now, now+lease, lease, 40, 0, 10, uuid.NewString())
 	settleArgs := func(ids string) string {
 		return ids + ", array_fill('" + uuid.NewString() + "'::uuid, ARRAY[40]), array_fill('processed'::text, ARRAY[40]), " +
 			fmt.Sprintf("array_fill(%d::bigint, ARRAY[40]), array_fill(NULL::text, ARRAY[40])", now)
 	}
-	_, err = conn.Exec(ctxT(t), `PREPARE claim(bigint, bigint, bigint, integer, bigint, integer, uuid) AS `+outbox.ClaimSQL(40))
+	_, err = conn.Exec(ctxT(t), `PREPARE claim(bigint, bigint, bigint, integer, bigint, integer, uuid, text) AS `+outbox.ClaimSQL(40))
 	require.NoError(t, err)
 	_, err = conn.Exec(ctxT(t), `PREPARE settle(uuid[], uuid[], text[], bigint[], text[]) AS `+outbox.SettleSQL)
 	require.NoError(t, err)
