@@ -422,7 +422,7 @@ func composeChecks(t *testing.T, variant string, files []string) {
 		b := setupFiles(t, files)
 		for bin, svc := range b.apps(t) {
 			vars := binaries[bin].vars
-			set := map[string]bool{} // NATS_CONSUMER_billing_TYPES sets NATS_CONSUMER_<N>_TYPES
+			set := map[string]bool{} // NATS_CONSUMER_BILLING_TYPES sets NATS_CONSUMER_<NAME>_TYPES
 			for name := range svc.Environment {
 				// A subscriber's SUBSCRIBER_LEDGER_URL is SUBSCRIBER_<NAME>_URL.
 				declared := config.Declared(config.VarOf(name))

@@ -85,7 +85,7 @@ func TestNATS(t *testing.T) {
 		s := startServer(t, env("DATABASE_URL="+db.URL, "EVENTS_TOKEN="+token, "HTTP_ADDR=127.0.0.1:0",
 			"NATS_URL="+ns.ClientURL(), "NATS_MAX_DELIVERIES=2", "AUTH_DISABLED=true"))
 		// The durable made before billing (with every subject, as labeling
-		// makes it without NATS_CONSUMER_billing_TYPES) is updated to billing's
+		// makes it without NATS_CONSUMER_BILLING_TYPES) is updated to billing's
 		// handlers' types: the server in this process is 2.10 or later.
 		var filter []string
 		require.Eventually(t, func() bool {

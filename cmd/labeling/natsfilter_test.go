@@ -20,12 +20,12 @@ import (
 )
 
 // TestNATSConsumerTypes: labeling makes each durable of NATS_CONSUMERS with
-// the types of its NATS_CONSUMER_<N>_TYPES, and the stream keeps for it only
+// the types of its NATS_CONSUMER_<NAME>_TYPES, and the stream keeps for it only
 // those; a bad list stops start-up with one line naming the variable.
 func TestNATSConsumerTypes(t *testing.T) {
 	t.Parallel()
 
-	t.Run("a durable made with NATS_CONSUMER_<N>_TYPES gets only its types, one without gets every type", func(t *testing.T) {
+	t.Run("a durable made with NATS_CONSUMER_<NAME>_TYPES gets only its types, one without gets every type", func(t *testing.T) {
 		t.Parallel()
 		ns := natsServer(t)
 		db := pgtest.New(t, migrations.Labeling)
@@ -33,7 +33,7 @@ func TestNATSConsumerTypes(t *testing.T) {
 		env["EVENTS_TRANSPORT"] = "nats"
 		env["NATS_URL"] = ns.ClientURL()
 		env["NATS_CONSUMERS"] = "billing,ledger"
-		env["NATS_CONSUMER_ledger_TYPES"] = "RuleActivated"
+		env["NATS_CONSUMER_LEDGER_TYPES"] = "RuleActivated"
 		env["OUTBOX_POLL_INTERVAL"] = "50ms"
 		p := proctest.Start(t, binary(t), env, "serve")
 		base := "http://" + p.ListenAddr(t)
@@ -103,17 +103,17 @@ func TestNATSConsumerTypes(t *testing.T) {
 		require.Equal(t, 0, p.Wait(t, 30*time.Second).ExitCode(), p.Stderr.String())
 	})
 
-	t.Run("a type labeling does not publish in NATS_CONSUMER_<N>_TYPES stops start-up with a line naming it", func(t *testing.T) {
+	t.Run("a type labeling does not publish in NATS_CONSUMER_<NAME>_TYPES stops start-up with a line naming it", func(t *testing.T) {
 		t.Parallel()
 		env := baseEnv("postgres://postgres@127.0.0.1:1/none")
 		env["EVENTS_TRANSPORT"] = "nats"
 		env["NATS_URL"] = "nats://127.0.0.1:1"
 		env["NATS_CONSUMERS"] = "billing,ledger"
-		env["NATS_CONSUMER_ledger_TYPES"] = "RuleActivated,RuleRenamed"
+		env["NATS_CONSUMER_LEDGER_TYPES"] = "RuleActivated,RuleRenamed"
 		p := proctest.Start(t, binary(t), env)
 		require.Equal(t, exitFail, p.Wait(t, 30*time.Second).ExitCode())
 		stderr := p.Stderr.String()
-		require.True(t, strings.HasPrefix(stderr, `labeling: NATS_CONSUMER_ledger_TYPES: "RuleRenamed" is not an event type labeling publishes`), stderr)
+		require.True(t, strings.HasPrefix(stderr, `labeling: NATS_CONSUMER_LEDGER_TYPES: "RuleRenamed" is not an event type labeling publishes`), stderr)
 		require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 	})
 }

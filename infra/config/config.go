@@ -67,7 +67,7 @@ type Labeling struct {
 	// TransportNATS (it publishes to JetStream with NATS).
 	EventsTransport string
 	// NATS is the publisher's (NATS_URL, NATS_CREDS, NATS_REPLICAS,
-	// NATS_DUPLICATE_WINDOW, NATS_CONSUMERS, NATS_CONSUMER_<N>_TYPES; its Key
+	// NATS_DUPLICATE_WINDOW, NATS_CONSUMERS, NATS_CONSUMER_<NAME>_TYPES; its Key
 	// is EVENTS_TOKEN).
 	NATS stream.PublisherConfig
 
@@ -166,7 +166,7 @@ var (
 	webVars       = map[string]string{"Addr": "HTTP_ADDR", "RequestTimeout": "HTTP_REQUEST_TIMEOUT", "SecureCookies": "CONSOLE_SECURE_COOKIES"}
 	publisherVars = map[string]string{
 		"URL": "NATS_URL", "Creds": "NATS_CREDS", "Replicas": "NATS_REPLICAS",
-		"DuplicateWindow": "NATS_DUPLICATE_WINDOW", "Consumers": "NATS_CONSUMERS", "ConsumerTypes": "NATS_CONSUMER_<N>_TYPES",
+		"DuplicateWindow": "NATS_DUPLICATE_WINDOW", "Consumers": "NATS_CONSUMERS", "ConsumerTypes": "NATS_CONSUMER_<NAME>_TYPES",
 		"Key": "EVENTS_TOKEN", "Retention": "OUTBOX_PROCESSED_RETENTION",
 	}
 	consumerVars = map[string]string{"URL": "NATS_URL", "Creds": "NATS_CREDS", "AckWait": "NATS_ACK_WAIT"}

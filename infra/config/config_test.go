@@ -68,17 +68,27 @@ func TestLoadLabeling(t *testing.T) {
 		require.Empty(t, c.NATS.Creds)
 	})
 
-	t.Run("NATS_CONSUMER_<N>_TYPES gives the types of each durable of NATS_CONSUMERS named, looked up by its name", func(t *testing.T) {
+	t.Run("NATS_CONSUMER_<NAME>_TYPES gives the types of each durable of NATS_CONSUMERS named, looked up by its name", func(t *testing.T) {
 		t.Parallel()
 		kv := base()
 		kv["NATS_CONSUMERS"] = "billing,ledger,e2e-audit"
-		kv["NATS_CONSUMER_ledger_TYPES"] = "RuleActivated"
-		kv["NATS_CONSUMER_e2e-audit_TYPES"] = " RuleDeactivated , RuleActivated"
-		kv["NATS_CONSUMER_other_TYPES"] = "Nope" // not a durable of NATS_CONSUMERS: never read
+		kv["NATS_CONSUMER_LEDGER_TYPES"] = "RuleActivated"
+		kv["NATS_CONSUMER_E2E-AUDIT_TYPES"] = " RuleDeactivated , RuleActivated"
+		kv["NATS_CONSUMER_OTHER_TYPES"] = "Nope"  // not a durable of NATS_CONSUMERS: never read
+		kv["NATS_CONSUMER_ledger_TYPES"] = "Nope" // the name in capitals only
 		c, err := config.LoadLabeling(env(kv))
 		require.NoError(t, err)
 		require.Equal(t, map[string][]string{"ledger": {"RuleActivated"}, "e2e-audit": {"RuleDeactivated", "RuleActivated"}},
 			c.NATS.ConsumerTypes, "billing, unset, takes every type")
+	})
+
+	t.Run("rejects types for two durables whose names differ only in case, naming the variable", func(t *testing.T) {
+		t.Parallel()
+		kv := base()
+		kv["NATS_CONSUMERS"] = "audit,AUDIT"
+		kv["NATS_CONSUMER_AUDIT_TYPES"] = "RuleActivated"
+		_, err := config.LoadLabeling(env(kv))
+		require.EqualError(t, err, "NATS_CONSUMER_AUDIT_TYPES: names both audit and AUDIT of NATS_CONSUMERS; rename one of them")
 	})
 
 	for _, tc := range []struct{ name, value, says string }{
@@ -87,14 +97,14 @@ func TestLoadLabeling(t *testing.T) {
 		{"an empty type in the list", "RuleActivated,,RuleDeactivated", "not a list of event types"},
 		{"a type twice", "RuleActivated,RuleActivated", "listed twice"},
 	} {
-		t.Run("rejects "+tc.name+" in NATS_CONSUMER_<N>_TYPES with one line naming the variable", func(t *testing.T) {
+		t.Run("rejects "+tc.name+" in NATS_CONSUMER_<NAME>_TYPES with one line naming the variable", func(t *testing.T) {
 			t.Parallel()
 			kv := base()
 			kv["NATS_CONSUMERS"] = "billing,ledger"
-			kv["NATS_CONSUMER_ledger_TYPES"] = tc.value
+			kv["NATS_CONSUMER_LEDGER_TYPES"] = tc.value
 			_, err := config.LoadLabeling(env(kv))
 			require.Error(t, err)
-			require.True(t, strings.HasPrefix(err.Error(), "NATS_CONSUMER_ledger_TYPES: "), err.Error())
+			require.True(t, strings.HasPrefix(err.Error(), "NATS_CONSUMER_LEDGER_TYPES: "), err.Error())
 			require.Contains(t, err.Error(), tc.says)
 			require.NotContains(t, err.Error(), "\n")
 		})

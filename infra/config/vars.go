@@ -97,7 +97,7 @@ var Vars = []Var{
 	{Name: "NATS_REPLICAS", Services: LabelingService},
 	{Name: "NATS_DUPLICATE_WINDOW", Services: LabelingService},
 	{Name: "NATS_CONSUMERS", Services: LabelingService},
-	{Name: "NATS_CONSUMER_<N>_TYPES", Services: LabelingService, Note: "N a durable of NATS_CONSUMERS"},
+	{Name: "NATS_CONSUMER_<NAME>_TYPES", Services: LabelingService, Note: "NAME a durable of NATS_CONSUMERS, in capitals"},
 	{Name: "NATS_ACK_WAIT", Services: BillingService},
 	{Name: "NATS_MAX_DELIVERIES", Services: BillingService},
 	{Name: "NATS_FAILED_MAX_ROWS", Services: BillingService},

@@ -21,7 +21,7 @@ func lookedUp(read func(config.Lookup), envs ...map[string]string) []string {
 	seen := map[string]bool{}
 	for _, e := range envs {
 		read(func(name string) (string, bool) {
-			// NATS_CONSUMER_billing_TYPES is NATS_CONSUMER_<N>_TYPES, SUBSCRIBER_LEDGER_URL is SUBSCRIBER_<NAME>_URL
+			// NATS_CONSUMER_BILLING_TYPES is NATS_CONSUMER_<NAME>_TYPES, SUBSCRIBER_LEDGER_URL is SUBSCRIBER_<NAME>_URL
 			seen[config.Declared(config.VarOf(name))] = true
 			v, ok := e[name]
 			return v, ok
@@ -109,9 +109,9 @@ func TestVarsAreWhatTheServicesLookUp(t *testing.T) {
 }
 
 // envVar is how a variable's name looks in a usage text.
-// A template's <NAME> or <N> is part of it (SUBSCRIBER_<NAME>_URL,
-// NATS_CONSUMER_<N>_TYPES); SUBSCRIBERS is the one name without an underscore.
-var envVar = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<NAME>|<N>))+\b|\bSUBSCRIBERS\b`)
+// A template's <NAME> is part of it (SUBSCRIBER_<NAME>_URL,
+// NATS_CONSUMER_<NAME>_TYPES); SUBSCRIBERS is the one name without an underscore.
+var envVar = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<NAME>))+\b|\bSUBSCRIBERS\b`)
 
 func TestServiceUsage(t *testing.T) {
 	t.Parallel()

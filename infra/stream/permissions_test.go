@@ -82,7 +82,10 @@ func TestComposePermissions(t *testing.T) {
 	// below then find the stream and billing's durable in place.
 	p := publisher(t, labelingURL)
 	r := &recorder{}
-	consumer(t, billingURL, "billing", r)
+	// Filtered to billing's types, as cmd/billing makes it: its user may
+	// update its durable's filter.
+	c := typedConsumer(t, billingURL, "billing", []string{"RuleActivated", "RuleDeactivated"}, r, logger)
+	require.Equal(t, []string{"labeling.events.RuleActivated", "labeling.events.RuleDeactivated"}, c.Filter())
 	m := message("RuleActivated")
 	publishUntil(t, p, m)
 	eventually(t, func() bool { return len(r.deliveries(m.ID.String())) == 1 }, "billing got labeling's event")

@@ -35,7 +35,7 @@ type PublisherConfig struct {
 	// anything, since an interest stream does not store a message no consumer is
 	// there to want. Billing's "billing" first.
 	Consumers []string
-	// ConsumerTypes (NATS_CONSUMER_<N>_TYPES) are the event types labeling
+	// ConsumerTypes (NATS_CONSUMER_<NAME>_TYPES) are the event types labeling
 	// creates each durable of Consumers with, when it is missing: its filter
 	// (Filter). A durable absent here takes every type. Labeling never
 	// changes an existing durable (its own service owns it): which subjects a
