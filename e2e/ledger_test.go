@@ -5,7 +5,7 @@ package e2e
 // to RuleActivated only. Over HTTP labeling delivers each RuleActivated to it
 // as a subscriber of its own (SUBSCRIBERS, its own URL and token: one row per
 // delivery in outbox_events); over NATS its durable filters the stream on
-// labeling.events.RuleActivated (NATS_CONSUMERS, NATS_CONSUMER_ledger_TYPES).
+// labeling.events.RuleActivated (NATS_CONSUMERS, NATS_CONSUMER_LEDGER_TYPES).
 // The invariant (requireConverged) then covers it too: every event applied
 // exactly once by each subscriber of its type, and by no other. The scenarios
 // are in fanout_test.go.
@@ -93,7 +93,7 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 		// the same one. Its own token is HTTP's (SUBSCRIBER_<NAME>_TOKEN).
 		env["EVENTS_TOKEN"] = eventsToken
 		labEnv["NATS_CONSUMERS"] = natsEnv["NATS_CONSUMERS"] + "," + ledger.Durable
-		labEnv["NATS_CONSUMER_"+ledger.Durable+"_TYPES"] = ledgerType
+		labEnv[envconfig.ConsumerTypesVar(ledger.Durable)] = ledgerType
 	}
 	maps.Copy(env, c.cfg.env)
 	p := newProc(t, ledgerName, ledgerBin, env)
