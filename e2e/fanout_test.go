@@ -173,6 +173,9 @@ func subscriberDown(t *testing.T, d sqldb.Dialect, tr string) {
 	during := c.billingLatencies(t, t1, t2)
 	t.Logf("billing's latency with the ledger up: %s", before)
 	t.Logf("billing's latency during the ledger's %s outage: %s (%d RuleActivated wait for the ledger)", outage, during, waiting)
+	half := t1.Add(outage / 2)
+	t.Logf("billing's latency while the ledger was frozen: %s; while it was dead: %s",
+		c.billingLatencies(t, t1, half), c.billingLatencies(t, half, t2))
 	ledgerTally.add(func(k *ledgerCounts) {
 		k.latencies = append(k.latencies, fmt.Sprintf("%s: billing p99 %s with the ledger up (%d events), %s during its %s outage (%d events)",
 			t.Name(), before.quantile(0.99), len(before), during.quantile(0.99), outage, len(during)))
