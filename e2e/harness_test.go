@@ -63,6 +63,9 @@ type config struct {
 	// own outbox (PROVIDER_URL, PROVIDER_SECRET) with the relay settings of
 	// labeling's, and the invariant covers billing_outbox_events and the stand-in.
 	provider *standIn
+	// ledger, when set, runs the example consumer beside billing, subscribed to
+	// RuleActivated only (ledger_test.go); nil: billing is the only consumer.
+	ledger *ledgerConfig
 	// billingDurableOnly leaves the audit durable out (NATS_CONSUMERS=billing):
 	// the interest stream then removes each message once billing acked it.
 	billingDurableOnly bool
@@ -120,6 +123,8 @@ type cluster struct {
 	// With cfg.proxied, the proxies between each service and its database.
 	labProxy, billProxy *proxytest.Proxy
 	provider            *standIn // cfg.provider: the second hop's stand-in, or nil
+	// cfg.ledger: the second consumer, or nil.
+	ledger *ledgerSide
 
 	mu       sync.Mutex
 	requests int
@@ -209,6 +214,7 @@ func setup(t *testing.T, cfg config) *cluster {
 	if !cfg.billingDown {
 		c.billing.launch(t, cfg.billingFailpoints)
 	}
+	subscriberEnv := c.startLedger(t, natsEnv) // labeling's settings for the second consumer, if any
 	for i := range cfg.replicas {
 		name := "labeling"
 		if cfg.replicas > 1 {
@@ -221,6 +227,7 @@ func setup(t *testing.T, cfg config) *cluster {
 		})
 		maps.Copy(p.env, relayEnv(cfg))
 		maps.Copy(p.env, natsEnv)
+		maps.Copy(p.env, subscriberEnv)
 		maps.Copy(p.env, cfg.env)
 		p.launch(t, cfg.labelingFailpoints)
 		c.labeling = append(c.labeling, p)
@@ -332,6 +339,9 @@ type proc struct {
 	// afterClaimExits counts the lives that died at the relay's after-claim
 	// point: claims of a row that made no call.
 	afterClaimExits int
+	// consumer names the metrics (NAME_events_total) of a consumer other than
+	// billing (the ledger), whose duplicates are its already_applied outcomes.
+	consumer string
 
 	mu        sync.Mutex
 	life      *proctest.Process // the latest start; nil before the first
@@ -541,6 +551,10 @@ func (p *proc) harvest() {
 func (p *proc) lifeDuplicates() (int, error) {
 	if p.isBilling() {
 		outcomes, err := p.billingOutcomes()
+		return int(outcomes["already_applied"]), err
+	}
+	if p.consumer != "" {
+		outcomes, err := p.counter(p.consumer+"_events_total", "outcome")
 		return int(outcomes["already_applied"]), err
 	}
 	outcomes, err := p.counter("nats_publishes_total", "outcome")

@@ -67,6 +67,9 @@ type snapshot struct {
 	// billing_outbox_events, and what the stand-in says it applied.
 	billOutbox []outboxRow
 	provider   *standin.Applied
+	// The second consumer (cluster.ledger): its deliveries and what it applied.
+	// With it, outbox holds billing's deliveries only (ledger_test.go).
+	ledger *ledgerSnapshot
 }
 
 // read takes a snapshot. Labeling is read before billing, so while deliveries
@@ -82,6 +85,11 @@ func (c *cluster) read(ctx context.Context) (snapshot, error) {
 	}
 	if s.outbox, err = readOutbox(ctx, c.labQ); err != nil {
 		return s, err
+	}
+	if c.ledger != nil {
+		if err := c.ledger.read(ctx, c.labQ, &s); err != nil {
+			return s, err
+		}
 	}
 	if err := each(ctx, c.billQ, `SELECT org_id, active_rules FROM billing_quota`, []any{&org, &n}, func() { s.quota[org] = n }); err != nil {
 		return s, err
@@ -202,6 +210,9 @@ func (s snapshot) problems(maxAttempts int) []string {
 	}
 	if s.provider != nil {
 		out = append(out, s.secondHopProblems(maxAttempts)...)
+	}
+	if s.ledger != nil {
+		out = append(out, s.ledgerProblems(maxAttempts)...)
 	}
 	sort.Strings(out)
 	return out

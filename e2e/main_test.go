@@ -14,6 +14,7 @@ import (
 var (
 	labelingBin string
 	billingBin  string
+	ledgerBin   string // the example consumer, the fan-out scenarios' second consumer
 )
 
 func TestMain(m *testing.M) {
@@ -41,12 +42,15 @@ func run(m *testing.M) int {
 	return code
 }
 
-// buildBinaries builds cmd/labeling and cmd/billing with failpoints.
+// buildBinaries builds cmd/labeling, cmd/billing and example/ledger/cmd/ledger with failpoints.
 func buildBinaries() (err error) {
 	if labelingBin, err = proctest.Binary("./cmd/labeling", "failpoints"); err != nil {
 		return err
 	}
 	if billingBin, err = proctest.Binary("./cmd/billing", "failpoints"); err != nil {
+		return err
+	}
+	if ledgerBin, err = proctest.Binary("./example/ledger/cmd/ledger", "failpoints"); err != nil {
 		return err
 	}
 	natsServerBin, err = findNATSServer()
@@ -115,6 +119,7 @@ func (c *counts) summary(build, total time.Duration) string {
 	s += fmt.Sprintf("duplicates absorbed by the broker: %d (nats_publishes_total{outcome=\"duplicate\"})\n", c.brokerDuplicates)
 	s += fmt.Sprintf("second hop (billing → provider): %d scenarios; %d kills of billing, %d of the provider; %d provider calls made, %d changes applied, %d duplicates absorbed by the provider (Idempotency-Key)\n",
 		c.hop2Scenarios, c.hop2Kills, c.providerOutages, c.providerCalls, c.providerApplied, c.providerDuplicates)
+	s += ledgerTally.line()
 	s += fmt.Sprintf("longest convergence:          %s (%s)\n", c.convergence.Round(time.Millisecond), c.slowest)
 	s += fmt.Sprintf("build %s, suite %s\n", build.Round(time.Millisecond), total.Round(time.Millisecond))
 	return s
