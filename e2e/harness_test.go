@@ -354,8 +354,10 @@ func newProc(t *testing.T, name, bin string, env map[string]string) *proc {
 
 func (p *proc) url() string { return "http://" + p.addr }
 
-// isBilling tells billing's processes from labeling's, whichever build they run.
-func (p *proc) isBilling() bool { return p.bin == billingBin || p.bin == previousBillingBin }
+// isBilling tells billing's processes from labeling's, whichever build they run
+// (the previous release's is named billing in its cache directory). It reads no
+// variable buildPrevious writes: other tests call it while that build runs.
+func (p *proc) isBilling() bool { return p.bin == billingBin || filepath.Base(p.bin) == "billing" }
 
 // launch is the first start: when the port picked was taken in the meantime, it
 // retries on another port. Later starts reuse the address.
