@@ -86,13 +86,7 @@ func TestServeFansOut(t *testing.T) {
 			bin := binary(t, "")
 			p := proctest.Start(t, bin, env, "serve")
 			base := "http://" + p.ListenAddr(t)
-			client := &http.Client{Timeout: 5 * time.Second}
-			post := func(path, body string) int {
-				resp, err := client.Post(base+path, "application/json", strings.NewReader(body))
-				require.NoError(t, err)
-				resp.Body.Close()
-				return resp.StatusCode
-			}
+			post := poster(t, base)
 			org, id := uuid.NewString(), uuid.NewString()
 			require.Equal(t, http.StatusCreated, post("/v1/orgs/"+org+"/rules", fmt.Sprintf(`{"id":%q,"name":"n","pattern":"p","label":"l"}`, id)))
 			require.Equal(t, http.StatusOK, post("/v1/orgs/"+org+"/rules/"+id+"/activate", ""))

@@ -140,13 +140,7 @@ func TestNATSRetention(t *testing.T) {
 		env["CLEANUP_INTERVAL"] = "100ms"
 		p := proctest.Start(t, binary(t), env, "serve")
 		base := "http://" + p.ListenAddr(t)
-		client := &http.Client{Timeout: 5 * time.Second}
-		post := func(path, body string) int {
-			resp, err := client.Post(base+path, "application/json", strings.NewReader(body))
-			require.NoError(t, err)
-			resp.Body.Close()
-			return resp.StatusCode
-		}
+		post := poster(t, base)
 
 		// Billing is away: its durable exists (labeling made it), nothing reads it.
 		const n = 10

@@ -37,13 +37,7 @@ func TestNATSConsumerTypes(t *testing.T) {
 		env["OUTBOX_POLL_INTERVAL"] = "50ms"
 		p := proctest.Start(t, binary(t), env, "serve")
 		base := "http://" + p.ListenAddr(t)
-		client := &http.Client{Timeout: 5 * time.Second}
-		post := func(path, body string) int {
-			resp, err := client.Post(base+path, "application/json", strings.NewReader(body))
-			require.NoError(t, err)
-			resp.Body.Close()
-			return resp.StatusCode
-		}
+		post := poster(t, base)
 
 		// Both consumers away: every row is settled on what the durables
 		// labeling made take.

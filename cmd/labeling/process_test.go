@@ -400,3 +400,15 @@ func hangingBilling(t *testing.T) (string, <-chan struct{}) {
 	t.Cleanup(func() { close(hang) })
 	return billing.URL, delivered
 }
+
+// poster POSTs a JSON body to a path of the labeling at base and returns the
+// status, failing t when the request cannot be made.
+func poster(t *testing.T, base string) func(path, body string) int {
+	client := &http.Client{Timeout: 5 * time.Second}
+	return func(path, body string) int {
+		resp, err := client.Post(base+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+}
