@@ -139,23 +139,7 @@ func TestConsolePendingPages(t *testing.T) {
 		for range outboxPageSize + 5 {
 			b.row(t, "RuleActivated", 2, time.Hour.Milliseconds(), 0, false, "e")
 		}
-		seen := map[string]bool{}
-		row := regexp.MustCompile(`href="/console/rows/([0-9a-f-]+)"`)
-		next := regexp.MustCompile(`href="/console/pending\?([^"]+)" rel="next"`)
-		path, pages := "/console/pending?state=retrying", 0
-		for path != "" {
-			body := b.send(t, http.MethodGet, path, nil, nil, loopback).Body.String()
-			pages++
-			for _, m := range row.FindAllStringSubmatch(body, -1) {
-				require.False(t, seen[m[1]], "row listed twice")
-				seen[m[1]] = true
-			}
-			path = ""
-			if m := next.FindStringSubmatch(body); m != nil {
-				require.Contains(t, m[1], "state=retrying", "the next page keeps the filter")
-				path = "/console/pending?" + strings.ReplaceAll(m[1], "&amp;", "&")
-			}
-		}
+		seen, pages := b.pageThrough(t, "/console/pending?state=retrying", "state=retrying")
 		require.Equal(t, 2, pages)
 		require.Len(t, seen, outboxPageSize+5)
 	})

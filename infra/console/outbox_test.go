@@ -241,28 +241,39 @@ func TestConsoleFailedPages(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 		b := consoleSetup(t, d, true)
-		seen := map[string]bool{}
 		for i := range outboxPageSize + 5 {
 			b.insert(t, "RuleActivated", fmt.Sprintf(`{"i":%d}`, i), true, "e")
 		}
-		row := regexp.MustCompile(`href="/console/rows/([0-9a-f-]+)"`)
-		next := regexp.MustCompile(`href="/console/failed\?([^"]+)" rel="next"`)
-		path, pages := "/console/failed", 0
-		for path != "" {
-			body := b.send(t, http.MethodGet, path, nil, nil, loopback).Body.String()
-			pages++
-			for _, m := range row.FindAllStringSubmatch(body, -1) {
-				require.False(t, seen[m[1]], "row listed twice")
-				seen[m[1]] = true
-			}
-			path = ""
-			if m := next.FindStringSubmatch(body); m != nil {
-				path = "/console/failed?" + strings.ReplaceAll(m[1], "&amp;", "&")
-			}
-		}
+		seen, pages := b.pageThrough(t, "/console/failed", "")
 		require.Equal(t, 2, pages)
 		require.Len(t, seen, outboxPageSize+5)
 	})
+}
+
+// pageThrough follows a list's "next" links from path (under /console/, a list
+// page with its query) to the last page and returns the rows it listed and the
+// pages it read, failing t when a row is listed twice or, with keep, when a
+// next link drops that part of the query.
+func (b *consoleBundle) pageThrough(t *testing.T, path, keep string) (map[string]bool, int) {
+	t.Helper()
+	list, _, _ := strings.Cut(path, "?")
+	row := regexp.MustCompile(`href="/console/rows/([0-9a-f-]+)"`)
+	next := regexp.MustCompile(`href="` + regexp.QuoteMeta(list) + `\?([^"]+)" rel="next"`)
+	seen, pages := map[string]bool{}, 0
+	for path != "" {
+		body := b.send(t, http.MethodGet, path, nil, nil, loopback).Body.String()
+		pages++
+		for _, m := range row.FindAllStringSubmatch(body, -1) {
+			require.False(t, seen[m[1]], "row listed twice")
+			seen[m[1]] = true
+		}
+		path = ""
+		if m := next.FindStringSubmatch(body); m != nil {
+			require.Contains(t, m[1], keep, "the next page keeps the filter")
+			path = list + "?" + strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	return seen, pages
 }
 
 func TestConsoleAccess(t *testing.T) {
