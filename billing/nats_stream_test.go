@@ -32,7 +32,10 @@ type pair struct {
 	js  jetstream.JetStream
 }
 
-func setupPair(t *testing.T) *pair {
+func setupPair(t *testing.T) *pair { return setupPairWith(t, nil) }
+
+// setupPairWith is setupPair with the publisher's configuration edited by edit.
+func setupPairWith(t *testing.T, edit func(*stream.PublisherConfig)) *pair {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
 		StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
@@ -43,8 +46,12 @@ func setupPair(t *testing.T) *pair {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	b := setup(t, freshDB(t, sqldb.Postgres))
-	pub, err := stream.NewPublisher(stream.PublisherConfig{URL: s.ClientURL(), DuplicateWindow: time.Minute,
-		Key: []byte(token), Consumers: []string{billing.Durable}}, logger)
+	cfg := stream.PublisherConfig{URL: s.ClientURL(), DuplicateWindow: time.Minute,
+		Key: []byte(token), Consumers: []string{billing.Durable}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	pub, err := stream.NewPublisher(cfg, logger)
 	require.NoError(t, err)
 	require.NoError(t, pub.Start(context.Background()))
 	t.Cleanup(func() { _ = pub.Stop(context.Background()) })

@@ -96,6 +96,7 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 			Token:        cfg.EventsToken,
 			Timeout:      cfg.Relay.HandlerTimeout,
 			MaxIdleConns: cfg.Relay.Workers,
+			Format:       cfg.EventsFormat,
 		}, logger)
 		if err != nil {
 			return nil, err
@@ -120,6 +121,7 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 					Token:        s.Token,
 					Timeout:      cfg.Relay.HandlerTimeout,
 					MaxIdleConns: cfg.Relay.Workers,
+					Format:       cfg.EventsFormat,
 				}, logger.With("subscriber", s.Name))
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", config.SubscriberVar(s.Name, "URL"), err)

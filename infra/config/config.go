@@ -66,6 +66,10 @@ type Labeling struct {
 	// EventsTransport is TransportHTTP (the relay POSTs to BillingURL) or
 	// TransportNATS (it publishes to JetStream with NATS).
 	EventsTransport string
+	// EventsFormat (EVENTS_FORMAT) is how labeling writes each event on
+	// either transport: wire.FormatEnvelope, the default, or
+	// wire.FormatCloudEvents (binary content mode).
+	EventsFormat wire.Format
 	// NATS is the publisher's (NATS_URL, NATS_CREDS, NATS_REPLICAS,
 	// NATS_DUPLICATE_WINDOW, NATS_CONSUMERS, NATS_CONSUMER_<NAME>_TYPES; its Key
 	// is EVENTS_TOKEN).
@@ -223,6 +227,8 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		Bounds:            r.dbBounds(),
 
 		EventsTransport: r.oneOf("EVENTS_TRANSPORT", TransportHTTP, TransportHTTP, TransportNATS),
+		EventsFormat: wire.Format(r.oneOf("EVENTS_FORMAT", string(wire.FormatEnvelope),
+			string(wire.FormatEnvelope), string(wire.FormatCloudEvents))),
 	}
 	c.NATS = stream.PublisherConfig{
 		URL:             r.natsURL("NATS_URL"),
@@ -232,6 +238,7 @@ func LoadLabeling(lookup Lookup) (Labeling, error) {
 		Consumers:       r.names("NATS_CONSUMERS", DefaultConsumer),
 		Key:             []byte(c.EventsToken),
 		Retention:       c.Relay.ProcessedRetention,
+		Format:          c.EventsFormat,
 	}
 	c.Subscribers = r.subscribers(c.EventsToken)
 	c.NATS.ConsumerTypes = r.consumerTypes(c.NATS.Consumers)

@@ -22,6 +22,7 @@ import (
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 func env(kv map[string]string) config.Lookup {
@@ -129,6 +130,20 @@ func TestLoadLabeling(t *testing.T) {
 		require.Equal(t, kv["NATS_CREDS"], c.NATS.Creds)
 	})
 
+	t.Run("EVENTS_FORMAT is the envelope by default and cloudevents when set, on both transports", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.LoadLabeling(env(base()))
+		require.NoError(t, err)
+		require.Equal(t, wire.FormatEnvelope, c.EventsFormat)
+		require.Equal(t, wire.FormatEnvelope, c.NATS.Format)
+		kv := base()
+		kv["EVENTS_FORMAT"] = "cloudevents"
+		c, err = config.LoadLabeling(env(kv))
+		require.NoError(t, err)
+		require.Equal(t, wire.FormatCloudEvents, c.EventsFormat)
+		require.Equal(t, wire.FormatCloudEvents, c.NATS.Format)
+	})
+
 	t.Run("rejects nats without NATS_URL naming it", func(t *testing.T) {
 		t.Parallel()
 		kv := base()
@@ -168,6 +183,8 @@ func TestLoadLabeling(t *testing.T) {
 		{"non-boolean notify", "OUTBOX_NOTIFY", "maybe"},
 		{"bad cleanup interval", "CLEANUP_INTERVAL", "0s"},
 		{"unknown transport", "EVENTS_TRANSPORT", "kafka"},
+		{"unknown event format", "EVENTS_FORMAT", "avro"},
+		{"an event format in capitals", "EVENTS_FORMAT", "CloudEvents"},
 		{"nats url with another scheme", "NATS_URL", "http://127.0.0.1:4222"},
 		{"nats url list with a bad entry", "NATS_URL", "nats://a:4222,b:4222"},
 		{"zero replicas", "NATS_REPLICAS", "0"},

@@ -91,6 +91,7 @@ var Vars = []Var{
 	{Name: "DB_STATEMENT_TIMEOUT", Services: bothServices},
 	{Name: "DB_LOCK_TIMEOUT", Services: bothServices},
 	{Name: "EVENTS_TRANSPORT", Services: LabelingService},
+	{Name: "EVENTS_FORMAT", Services: LabelingService},
 	{Name: "NATS_URL", Services: bothServices},
 	{Name: "NATS_CREDS", Services: bothServices},
 	{Name: "NATS_REPLICAS", Services: LabelingService},

@@ -43,7 +43,14 @@ type Config struct {
 	// relay's workers (OUTBOX_WORKERS) are the most that are in flight. 10
 	// when zero.
 	MaxIdleConns int
+	// Format (EVENTS_FORMAT) is how each event is written: the envelope of
+	// contract section 4 (wire.FormatEnvelope, also when empty) or a
+	// CloudEvent in binary content mode (wire.FormatCloudEvents).
+	Format wire.Format
 }
+
+// Source is the ce-source of the events this package sends: labeling's.
+const Source = "/labeling"
 
 // Client delivers events to Billing over one pooled http.Client. It is safe for
 // concurrent use.
@@ -52,6 +59,7 @@ type Client struct {
 	url    string
 	scrub  wire.Scrubber // hides url's credentials in a quoted answer
 	auth   string
+	format wire.Format
 	logger *slog.Logger
 }
 
@@ -89,6 +97,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 		url:    u.JoinPath(Path).String(),
 		scrub:  wire.NewScrubber(cfg.BaseURL),
 		auth:   "Bearer " + cfg.Token,
+		format: cfg.Format,
 		logger: logger,
 	}, nil
 }
@@ -102,17 +111,26 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 // values and userinfo hidden (wire.Scrubber): a credential there reaches
 // neither last_error nor the log.
 func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
-	payload, err := Envelope(m)
-	if err != nil {
+	var body []byte
+	var err error
+	if c.format == wire.FormatCloudEvents {
+		// Binary content mode: the payload is the body, as the row holds it.
+		body = m.Payload
+	} else if body, err = Envelope(m); err != nil {
 		return outbox.Permanent(fmt.Errorf("encode %s %s: %w", m.Tag, m.ID, err))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("deliver %s %s: %w", m.Tag, m.ID, wire.RedactURLs(err))
 	}
 	req.Header.Set("Authorization", c.auth)
 	req.Header.Set("Idempotency-Key", m.ID.String())
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", wire.ContentTypeJSON)
+	if c.format == wire.FormatCloudEvents {
+		for _, h := range wire.BinaryHeaders(m.ID, m.Tag, Source, m.CreatedAt) {
+			req.Header.Set(h[0], h[1])
+		}
+	}
 
 	start := time.Now()
 	resp, err := c.http.Do(req)

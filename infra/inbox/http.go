@@ -3,6 +3,7 @@ package inbox
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -51,35 +52,30 @@ func (in *Intake[V]) Deliver(c echo.Context) error {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="`+ib.c.Name+`"`)
 		return err
 	}
-	var env wire.Received
 	if err := web.CheckQuery(c); err != nil {
 		ib.countEvent(TypeOther, OutcomeRejected)
 		return err
 	}
-	if err := web.DecodeJSON(c, &env); err != nil {
-		ib.countEvent(TypeOther, OutcomeRejected)
-		return err
-	}
-	id, typ, err := env.Header()
+	ev, err := readHTTP(c)
 	if err != nil {
 		ib.countEvent(TypeOther, OutcomeRejected)
 		return err
 	}
-	// The body's id is the dedup key. The header is optional, but when sent it must
+	// The event's id is the dedup key. The header is optional, but when sent it must
 	// name the same event: a disagreement means a broken sender, not a retry.
 	if key := c.Request().Header.Get("Idempotency-Key"); key != "" {
-		if k, err := wire.ParseID(key); err != nil || k != id {
-			ib.countEvent(typ, OutcomeRejected)
-			return fault.Errorf(fault.Invalid, "Idempotency-Key must equal the body's id")
+		if k, err := wire.ParseID(key); err != nil || k != ev.ID {
+			ib.countEvent(ev.Type, OutcomeRejected)
+			return fault.Errorf(fault.Invalid, "Idempotency-Key must equal the event's id")
 		}
 	}
-	e, err := ib.Decode(id, typ, *env.OccurredAt, env.Payload)
+	e, err := ib.Decode(ev.ID, ev.Type, ev.OccurredAt, ev.Payload)
 	if err != nil {
-		ib.decodeFailed(c.Request().Context(), id, typ, err)
+		ib.decodeFailed(c.Request().Context(), ev.ID, ev.Type, err)
 		return err
 	}
 	applied, err := ib.Apply(c.Request().Context(), e)
-	ib.countApply(typ, applied, err)
+	ib.countApply(ev.Type, applied, err)
 	if err != nil {
 		return err
 	}
@@ -89,6 +85,33 @@ func (in *Intake[V]) Deliver(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// readHTTP reads the delivered event in whichever format it came (format.go):
+// the envelope or a binary-mode CloudEvent as application/json, a
+// structured CloudEvent as application/cloudevents+json; any other
+// Content-Type is a 415.
+func readHTTP(c echo.Context) (wire.Event, error) {
+	r := c.Request()
+	switch formatOf(r.Header.Get(echo.HeaderContentType), r.Header.Get(wire.HeaderSpecVersion) != "") {
+	case formatStructured:
+		var s wire.Structured
+		if err := web.DecodeAs(c, &s, wire.ContentTypeStructured); err != nil {
+			return wire.Event{}, err
+		}
+		return s.Event()
+	case formatBinary:
+		var payload json.RawMessage
+		if err := web.DecodeJSON(c, &payload); err != nil {
+			return wire.Event{}, err
+		}
+		return wire.ReadBinary(r.Header.Get, payload)
+	}
+	var env wire.Received
+	if err := web.DecodeJSON(c, &env); err != nil {
+		return wire.Event{}, err
+	}
+	return env.Event()
 }
 
 // authorize accepts only "Authorization: Bearer <token>", or the previous

@@ -374,15 +374,6 @@ func (ib *Inbox[V]) Decode(id uuid.UUID, typ string, occurredAt int64, payload j
 	return Event[V]{ID: id, Type: typ, OccurredAt: occurredAt, Value: v}, nil
 }
 
-// decode checks a delivery's envelope, then Decodes it.
-func (ib *Inbox[V]) decode(env wire.Received) (Event[V], error) {
-	id, typ, err := env.Header()
-	if err != nil {
-		return Event[V]{}, err
-	}
-	return ib.Decode(id, typ, *env.OccurredAt, env.Payload)
-}
-
 // Handles reports whether the consumer has a handler for typ.
 func (ib *Inbox[V]) Handles(typ string) bool {
 	_, ok := ib.handlers[typ]

@@ -10,7 +10,6 @@ import (
 
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/stream"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/infra/wire"
 )
 
@@ -95,14 +94,18 @@ func (s *Inbox[V]) natsHandler(cfg NATSConfig, onVerify func()) (stream.Handler,
 	}
 	b := &bound{rows: cfg.MaxFailedRows, bytes: cfg.MaxFailedBytes, keys: keys, onVerify: onVerify}
 	return func(ctx context.Context, m stream.Message) error {
-		var err error
-		if verr := stream.VerifyAny(keys, m.Subject, m.MsgID, m.Data, m.Signature); verr != nil {
+		signed, f, err := natsSigned(m)
+		if err != nil {
+			// No signature can be checked without the attributes it covers.
+			s.countEvent(TypeOther, OutcomeRejected)
+			err = s.deadLetter(ctx, m, signed, err.Error(), false)
+		} else if verr := stream.VerifyAny(keys, m.Subject, m.MsgID, signed, m.Signature); verr != nil {
 			s.m.signatureRejects.Inc()
-			err = s.deadLetter(ctx, m, verr.Error(), false)
+			err = s.deadLetter(ctx, m, signed, verr.Error(), false)
 		} else {
-			err = s.handleNATS(ctx, m)
+			err = s.handleNATS(ctx, m, signed, f)
 			if err != nil && !stream.IsTerminal(err) && cfg.MaxDeliveries != 0 && m.Delivered >= cfg.MaxDeliveries {
-				err = s.deadLetter(ctx, m, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err), true)
+				err = s.deadLetter(ctx, m, signed, fmt.Sprintf("gave up after %d deliveries: %v", m.Delivered, err), true)
 			}
 		}
 		if stream.IsTerminal(err) {
@@ -114,34 +117,30 @@ func (s *Inbox[V]) natsHandler(cfg NATSConfig, onVerify func()) (stream.Handler,
 	}, nil
 }
 
-// handleNATS applies a message whose signature verified.
-func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
-	var env wire.Received
-	// The same rules as the HTTP intake (web.Unmarshal into wire.Received):
-	// exact names, an unknown top-level member ignored but a field's name in
-	// another case refused, no duplicate, valid UTF-8, no NUL, one value.
-	if err := web.Unmarshal(m.Data, &env); err != nil {
-		s.countEvent(TypeOther, OutcomeRejected)
-		return s.deadLetter(ctx, m, "body is not a valid event envelope: "+err.Error(), true)
-	}
-	id, typ, err := env.Header()
+// handleNATS applies a message of format f whose signature verified;
+// signed is what its record keeps.
+func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message, signed []byte, f format) error {
+	// The same rules as the HTTP intake (web.Unmarshal): exact names, an
+	// unknown top-level member ignored but a field's name in another case
+	// refused, no duplicate, valid UTF-8, no NUL, one value.
+	ev, err := natsEvent(m, f)
 	if err != nil {
 		s.countEvent(TypeOther, OutcomeRejected)
-		return s.deadLetter(ctx, m, err.Error(), true)
+		return s.deadLetter(ctx, m, signed, err.Error(), true)
 	}
-	e, err := s.Decode(id, typ, *env.OccurredAt, env.Payload)
+	e, err := s.Decode(ev.ID, ev.Type, ev.OccurredAt, ev.Payload)
 	if err != nil {
-		s.decodeFailed(ctx, id, typ, err)
+		s.decodeFailed(ctx, ev.ID, ev.Type, err)
 		if fault.CodeOf(err) == fault.NotImplemented {
 			// Naked with a growing delay, so that a billing deployed with the
 			// handler later applies it, until cfg.MaxDeliveries records it.
 			return err
 		}
-		return s.deadLetter(ctx, m, err.Error(), true)
+		return s.deadLetter(ctx, m, signed, err.Error(), true)
 	}
 	if m.MsgID != "" && m.MsgID != e.ID.String() {
 		s.countEvent(e.Type, OutcomeRejected)
-		return s.deadLetter(ctx, m, "Nats-Msg-Id must equal the body's id", true)
+		return s.deadLetter(ctx, m, signed, "Nats-Msg-Id must equal the body's id", true)
 	}
 	applied, err := s.Apply(ctx, e)
 	s.countApply(e.Type, applied, err)
@@ -153,13 +152,14 @@ func (s *Inbox[V]) handleNATS(ctx context.Context, m stream.Message) error {
 	return inject(s.c.Failpoints.NATSAfterCommit)
 }
 
-// deadLetter records m with reason, and whether its signature verified, and
+// deadLetter records m with payload (what its signature covers: natsSigned),
+// reason, and whether its signature verified, and
 // returns the error that terminates it, or, when the record cannot be
 // written, an ordinary error so the message comes back.
-func (s *Inbox[V]) deadLetter(ctx context.Context, m stream.Message, reason string, verified bool) error {
+func (s *Inbox[V]) deadLetter(ctx context.Context, m stream.Message, payload []byte, reason string, verified bool) error {
 	err := s.d.write(ctx, func(tx recordTx) error {
 		return tx.InsertNATSFailed(ctx, NATSFailed{
-			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: m.Data,
+			StreamSeq: m.Sequence, StoredAt: storedAt(m), Subject: m.Subject, MsgID: m.MsgID, Payload: payload,
 			Signature: &m.Signature, Verified: verified,
 			Reason: wire.Clip(strings.ToValidUTF8(reason, "\uFFFD"), 1000), Deliveries: m.Delivered, FailedAt: time.Now().UnixMilli(),
 		})

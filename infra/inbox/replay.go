@@ -12,7 +12,6 @@ import (
 
 	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/stream"
-	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/infra/wire"
 )
 
@@ -207,11 +206,11 @@ func (s *Inbox[V]) replayCheck(keys [][]byte, f NATSFailed) (e Event[V], class, 
 	if err := stream.VerifyAny(keys, f.Subject, f.MsgID, f.Payload, *f.Signature); err != nil {
 		return e, StayedSignature, err.Error()
 	}
-	var env wire.Received
-	if err := web.Unmarshal(f.Payload, &env); err != nil {
-		return e, StayedNotApplicable, "body is not a valid event envelope: " + err.Error()
+	ev, err := recordEvent(f)
+	if err != nil {
+		return e, StayedNotApplicable, err.Error()
 	}
-	e, err := s.decode(env)
+	e, err = s.Decode(ev.ID, ev.Type, ev.OccurredAt, ev.Payload)
 	if err != nil {
 		return e, StayedNotApplicable, err.Error()
 	}

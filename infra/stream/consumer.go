@@ -21,7 +21,10 @@ type Message struct {
 	Subject   string
 	MsgID     string // the Nats-Msg-Id header: the outbox row id
 	Signature string // the Events-Signature header, for Verify
-	Data      []byte // the delivery envelope
+	Data      []byte // the body: the delivery envelope, a CloudEvent's payload or a structured CloudEvent
+	// Header is the message's headers (ce- attributes in binary content
+	// mode, Content-Type in structured mode; nil when it has none).
+	Header nats.Header
 	// Sequence is the stream sequence: unique within the stream, but restarting
 	// at 1 if the stream is deleted and recreated.
 	Sequence uint64
@@ -345,7 +348,7 @@ func (c *Consumer) createOrUpdate(ctx context.Context, js jetstream.JetStream) (
 // redelivers anyway) and settles it by the outcome.
 func (c *Consumer) process(msg jetstream.Msg) {
 	m := Message{Subject: msg.Subject(), MsgID: msg.Headers().Get(nats.MsgIdHdr),
-		Signature: msg.Headers().Get(SignatureHeader), Data: msg.Data()}
+		Signature: msg.Headers().Get(SignatureHeader), Data: msg.Data(), Header: msg.Headers()}
 	if meta, err := msg.Metadata(); err == nil {
 		m.Sequence, m.Stored, m.Delivered = meta.Sequence.Stream, meta.Timestamp, meta.NumDelivered
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/outboxpair/infra/delivery"
 	"github.com/acme/outboxpair/infra/outbox"
+	"github.com/acme/outboxpair/infra/wire"
 )
 
 // PublisherConfig is what Labeling's publisher needs from its configuration.
@@ -30,6 +31,12 @@ type PublisherConfig struct {
 	DuplicateWindow time.Duration
 	// Key (EVENTS_TOKEN) signs every message (SignatureHeader).
 	Key []byte
+	// Format (EVENTS_FORMAT) is how each message is written: the envelope
+	// of contract section 4 as its body (wire.FormatEnvelope, also when
+	// empty), or a CloudEvent in binary content mode, its attributes in ce-
+	// headers as the NATS protocol binding says and the payload its body
+	// (wire.FormatCloudEvents).
+	Format wire.Format
 	// Consumers (NATS_CONSUMERS) are the durables the stream keeps every message
 	// for: the publisher creates each one that does not exist before it publishes
 	// anything, since an interest stream does not store a message no consumer is
@@ -391,14 +398,10 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 		publishes.WithLabelValues(PublishFailed).Inc()
 		return outbox.Wait(fmt.Errorf("publish %s %s: stream %s not ready: %w", m.Tag, m.ID, Name, *p.blocked.Load()), notReadyWait)
 	}
-	body, err := delivery.Envelope(m)
+	msg, err := p.message(m)
 	if err != nil {
 		return outbox.Permanent(fmt.Errorf("encode %s %s: %w", m.Tag, m.ID, err))
 	}
-	msg := nats.NewMsg(Subject(m.Tag))
-	msg.Data = body
-	msg.Header = nats.Header{}
-	msg.Header.Set(SignatureHeader, Sign(p.cfg.Key, msg.Subject, m.ID.String(), body))
 	ctx, span := publishSpan(ctx, msg, m) // nil, at no cost, with tracing off
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID.String()), jetstream.WithExpectStream(Name))
 	endSpan(span, err)
@@ -633,4 +636,29 @@ func Subscriber[E outbox.Event](p *Publisher) outbox.Subscriber {
 	return outbox.Subscribe(func(ctx context.Context, m outbox.Message, _ E) error {
 		return p.Publish(ctx, m)
 	})
+}
+
+// message is m as the stream stores it, signed, in the configured format.
+func (p *Publisher) message(m outbox.Message) (*nats.Msg, error) {
+	msg := nats.NewMsg(Subject(m.Tag))
+	msg.Header = nats.Header{}
+	if p.cfg.Format == wire.FormatCloudEvents {
+		// Set, not Add: nats.Header keeps a name's letter case as given, and
+		// the binding's names are lowercase.
+		for _, h := range wire.BinaryHeaders(m.ID, m.Tag, delivery.Source, m.CreatedAt) {
+			msg.Header[h[0]] = []string{h[1]}
+		}
+		msg.Header[wire.HeaderDataContentType] = []string{wire.ContentTypeJSON}
+		msg.Data = m.Payload
+		signed := SignedCloudEvent(m.Tag, msg.Header[wire.HeaderTime][0], msg.Data)
+		msg.Header.Set(SignatureHeader, Sign(p.cfg.Key, msg.Subject, m.ID.String(), signed))
+		return msg, nil
+	}
+	body, err := delivery.Envelope(m)
+	if err != nil {
+		return nil, err
+	}
+	msg.Data = body
+	msg.Header.Set(SignatureHeader, Sign(p.cfg.Key, msg.Subject, m.ID.String(), body))
+	return msg, nil
 }

@@ -72,6 +72,32 @@ func VerifyAny(keys [][]byte, subject, msgID string, body []byte, header string)
 	return err
 }
 
+// SignedCloudEvent is what Sign signs of a binary-mode CloudEvent in place of
+// the body, since its type and time travel in headers: ce-type, "\n",
+// ce-time, "\n" and the body (the values as decoded from their
+// percent-encoding). A consumer that verifies a CloudEvent signs the same
+// bytes; billing records them as the message's payload in
+// billing_nats_failed, so a record verifies again as it arrived.
+func SignedCloudEvent(typ, time string, body []byte) []byte {
+	out := make([]byte, 0, len(typ)+len(time)+2+len(body))
+	out = append(out, typ...)
+	out = append(out, '\n')
+	out = append(out, time...)
+	out = append(out, '\n')
+	return append(out, body...)
+}
+
+// ParseSignedCloudEvent splits SignedCloudEvent's bytes into type, time and
+// body; ok is false when b is not such bytes (a JSON body starts with '{').
+func ParseSignedCloudEvent(b []byte) (typ, time string, body []byte, ok bool) {
+	t, rest, ok1 := strings.Cut(string(b), "\n")
+	tm, data, ok2 := strings.Cut(rest, "\n")
+	if !ok1 || !ok2 || t == "" || strings.ContainsAny(t, "{ \t\r") {
+		return "", "", nil, false
+	}
+	return t, tm, []byte(data), true
+}
+
 func mac(key []byte, subject, msgID string, body []byte) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(subject))

@@ -330,12 +330,19 @@ func asFault(err error) *fault.Error {
 // be, never a Go type. A json.RawMessage field in v takes its value as sent,
 // after the same checks of names and strings.
 func DecodeJSON(c echo.Context, v any) error {
+	return DecodeAs(c, v, echo.MIMEApplicationJSON)
+}
+
+// DecodeAs is DecodeJSON for a JSON body of another media type (such as
+// application/cloudevents+json): its Content-Type must be mediaType (else
+// 415), and every other rule is DecodeJSON's.
+func DecodeAs(c echo.Context, v any, mediaType string) error {
 	raw, err := readBody(c)
 	if err != nil {
 		return err
 	}
 	if len(raw) > 0 {
-		if err := requireJSON(c.Request()); err != nil {
+		if err := requireType(c.Request(), mediaType); err != nil {
 			return err
 		}
 	}
@@ -354,7 +361,7 @@ func DecodeEmpty(c echo.Context) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
 	}
-	if err := requireJSON(c.Request()); err != nil {
+	if err := requireType(c.Request(), echo.MIMEApplicationJSON); err != nil {
 		return err
 	}
 	return Unmarshal(raw, &struct{}{})
@@ -441,16 +448,16 @@ func readBody(c echo.Context) ([]byte, error) {
 	return raw, nil
 }
 
-// requireJSON refuses a body whose Content-Type is missing or is not
-// application/json (parameters such as charset=utf-8 are allowed).
-func requireJSON(r *http.Request) error {
+// requireType refuses a body whose Content-Type is missing or is not
+// mediaType (parameters such as charset=utf-8 are allowed).
+func requireType(r *http.Request, mediaType string) error {
 	ct := r.Header.Get(echo.HeaderContentType)
 	if ct == "" {
-		return fault.Errorf(fault.UnsupportedMediaType, "Content-Type must be application/json, got none")
+		return fault.Errorf(fault.UnsupportedMediaType, "Content-Type must be %s, got none", mediaType)
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || mt != echo.MIMEApplicationJSON {
-		return fault.Errorf(fault.UnsupportedMediaType, "Content-Type must be application/json, got %q", Clip(ct, MaxEcho))
+	if err != nil || mt != mediaType {
+		return fault.Errorf(fault.UnsupportedMediaType, "Content-Type must be %s, got %q", mediaType, Clip(ct, MaxEcho))
 	}
 	return nil
 }
