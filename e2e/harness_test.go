@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"maps"
 	"net"
@@ -28,6 +29,7 @@ import (
 	"github.com/acme/outboxpair/infra/failpoint"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/wire"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
@@ -45,20 +47,25 @@ const (
 
 // config tunes one scenario's cluster. Zero fields take the defaults of setup.
 type config struct {
-	replicas           int               // labeling processes on the one labeling database
-	claimSize          int               // OUTBOX_CLAIM_SIZE
-	handlerTimeout     time.Duration     // OUTBOX_HANDLER_TIMEOUT
-	lease              time.Duration     // OUTBOX_LEASE; handlerTimeout ≤ lease
-	maxAttempts        int               // OUTBOX_MAX_ATTEMPTS
-	labelingFailpoints string            // FAILPOINTS of the first start of every labeling process
-	billingFailpoints  string            // FAILPOINTS of billing's first start
-	billingDown        bool              // reserve billing's port but do not start it
-	transport          string            // EVENTS_TRANSPORT: transportHTTP (the default) or transportNATS
-	natsNodes          int               // JetStream servers with transportNATS: 1, or 3 for a cluster (R3 stream)
-	env                map[string]string // more variables for every process (e.g. OTEL_*)
-	pg                 *pgServer         // the scenario's own PostgreSQL cluster; nil: the shared test server (pgtest)
-	proxied            bool              // each service reaches its database through a blackholeProxy
-	dialect            sqldb.Dialect     // the databases' dialect: PostgreSQL (the default) or SQLite files
+	replicas           int           // labeling processes on the one labeling database
+	claimSize          int           // OUTBOX_CLAIM_SIZE
+	handlerTimeout     time.Duration // OUTBOX_HANDLER_TIMEOUT
+	lease              time.Duration // OUTBOX_LEASE; handlerTimeout ≤ lease
+	maxAttempts        int           // OUTBOX_MAX_ATTEMPTS
+	labelingFailpoints string        // FAILPOINTS of the first start of every labeling process
+	billingFailpoints  string        // FAILPOINTS of billing's first start
+	billingDown        bool          // reserve billing's port but do not start it
+	transport          string        // EVENTS_TRANSPORT: transportHTTP (the default) or transportNATS
+	// format is labeling's EVENTS_FORMAT: "" picks one by the scenario's name,
+	// so that half of the scenarios of today's build run in CloudEvents and
+	// half in the envelope (always the envelope beside another build, which
+	// may not read CloudEvents).
+	format    string
+	natsNodes int               // JetStream servers with transportNATS: 1, or 3 for a cluster (R3 stream)
+	env       map[string]string // more variables for every process (e.g. OTEL_*)
+	pg        *pgServer         // the scenario's own PostgreSQL cluster; nil: the shared test server (pgtest)
+	proxied   bool              // each service reaches its database through a blackholeProxy
+	dialect   sqldb.Dialect     // the databases' dialect: PostgreSQL (the default) or SQLite files
 	// provider, when set, is the second hop: billing calls this stand-in from its
 	// own outbox (PROVIDER_URL, PROVIDER_SECRET) with the relay settings of
 	// labeling's, and the invariant covers billing_outbox_events and the stand-in.
@@ -175,7 +182,21 @@ func setup(t *testing.T, cfg config) *cluster {
 		labURL, c.labProxy = proxytest.Via(t, labURL)
 		billURL, c.billProxy = proxytest.Via(t, billURL)
 	}
-	tally.add(func(s *counts) { s.scenarios++ })
+	if cfg.format == "" && cfg.labelingBinary == "" && cfg.billingBinary == "" {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(t.Name()))
+		cfg.format = string(wire.FormatEnvelope)
+		if h.Sum32()%2 == 1 {
+			cfg.format = string(wire.FormatCloudEvents)
+		}
+	}
+	c.cfg.format = cfg.format
+	tally.add(func(s *counts) {
+		s.scenarios++
+		if cfg.format == string(wire.FormatCloudEvents) {
+			s.cloudEvents++
+		}
+	})
 	// Registered after pgtest's cleanups, so it runs before the databases are
 	// dropped; and before any process starts, so it runs after they are all killed.
 	t.Cleanup(c.teardown)
@@ -226,6 +247,9 @@ func setup(t *testing.T, cfg config) *cluster {
 			"BILLING_URL":  c.billing.url(),
 		})
 		maps.Copy(p.env, relayEnv(cfg))
+		if cfg.format != "" {
+			p.env["EVENTS_FORMAT"] = cfg.format
+		}
 		maps.Copy(p.env, natsEnv)
 		maps.Copy(p.env, subscriberEnv)
 		maps.Copy(p.env, cfg.env)

@@ -73,6 +73,7 @@ type counts struct {
 	// publishes JetStream acked as duplicates (absorbed by the broker's window)
 	brokerDuplicates int
 	natsScenarios    int // scenarios run over the NATS transport
+	cloudEvents      int // scenarios whose labeling wrote CloudEvents (EVENTS_FORMAT=cloudevents)
 	dbCrashes        int // SIGKILLs of a scenario's whole PostgreSQL cluster
 	dbProcsKilled    int // PostgreSQL processes those crashes killed (postmaster and children)
 	partitions       int // partitions between the services and their databases
@@ -107,6 +108,7 @@ func (c *counts) summary(build, total time.Duration) string {
 	for _, name := range c.failed {
 		s += fmt.Sprintf("  failed: %s\n", name)
 	}
+	s += fmt.Sprintf("in CloudEvents:               %d of them (EVENTS_FORMAT=cloudevents; the rest in the envelope)\n", c.cloudEvents)
 	s += fmt.Sprintf("kills (SIGKILL, incl. failpoint exits): %d\n", c.kills)
 	s += fmt.Sprintf("SIGTERMs:                     %d\n", c.terms)
 	s += fmt.Sprintf("database backends terminated: %d\n", c.cuts)
