@@ -54,18 +54,65 @@ const (
 	structured = "cloudevents-structured"
 )
 
-// asyncDoc is api/asyncapi.yaml decoded as JSON values (what a JSON Schema
-// validates and a JSON pointer walks): YAML through go.yaml.in/yaml/v3, then
-// JSON, so its numbers and maps are JSON's.
-func asyncDoc(t *testing.T) any {
+// asyncJSON is api/asyncapi.yaml as JSON: YAML decoded by go.yaml.in/yaml/v3,
+// encoded again as JSON, so that its numbers and maps are JSON's.
+func asyncJSON(t *testing.T) []byte {
 	t.Helper()
 	var y any
 	require.NoError(t, yaml.Unmarshal(api.AsyncAPI, &y), "api/asyncapi.yaml is not YAML")
 	b, err := json.Marshal(y)
 	require.NoError(t, err, "api/asyncapi.yaml does not convert to JSON (a map with a non-string key?)")
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	return b
+}
+
+// asyncDoc is api/asyncapi.yaml as JSON values, what a JSON Schema validates
+// and a JSON pointer walks.
+func asyncDoc(t *testing.T) any {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(asyncJSON(t)))
 	require.NoError(t, err)
 	return doc
+}
+
+// ref is a Reference Object.
+type ref struct {
+	Ref string `json:"$ref"`
+}
+
+// asyncAPI is the part of the document the test reads as Go values: the
+// operations, the channels and the messages.
+type asyncAPI struct {
+	Channels map[string]struct {
+		Address    *string `json:"address"`
+		Parameters map[string]struct {
+			Enum []string `json:"enum"`
+		} `json:"parameters"`
+		Messages map[string]ref `json:"messages"`
+	} `json:"channels"`
+	Operations map[string]struct {
+		Action   string `json:"action"`
+		Channel  ref    `json:"channel"`
+		Messages []ref  `json:"messages"`
+	} `json:"operations"`
+	Components struct {
+		Messages map[string]asyncMessage `json:"messages"`
+	} `json:"components"`
+}
+
+// asyncMessage is a Message Object: its name is the event type, and its tags
+// name its transport and its format.
+type asyncMessage struct {
+	Name string `json:"name"`
+	Tags []struct {
+		Name string `json:"name"`
+	} `json:"tags"`
+}
+
+func asyncSpec(t *testing.T) asyncAPI {
+	t.Helper()
+	var spec asyncAPI
+	require.NoError(t, json.Unmarshal(asyncJSON(t), &spec))
+	return spec
 }
 
 // TestAsyncAPIIsValidAsyncAPI300 validates the document against the official
@@ -91,12 +138,7 @@ func TestAsyncAPIIsValidAsyncAPI300(t *testing.T) {
 
 	t.Run("every reference resolves", func(t *testing.T) {
 		t.Parallel()
-		var refs []string
-		walk(doc, func(m map[string]any) {
-			if r, ok := m["$ref"].(string); ok {
-				refs = append(refs, r)
-			}
-		})
+		refs := refsIn(doc)
 		require.NotEmpty(t, refs)
 		for _, r := range refs {
 			_, err := resolve(doc, r)
@@ -185,7 +227,7 @@ func pairs(formats, types []string) []string {
 // service lacks; every message names a type the code has.
 func TestAsyncAPIHasAMessageForEveryType(t *testing.T) {
 	t.Parallel()
-	doc := asyncDoc(t)
+	spec := asyncSpec(t)
 
 	// Each operation: the formats and types it must carry, exactly.
 	want := map[string]struct {
@@ -199,26 +241,23 @@ func TestAsyncAPIHasAMessageForEveryType(t *testing.T) {
 		"consumeFromNats": {"receive", []string{envelope, binary}, billingTypes()},
 		"callProvider":    {"send", []string{envelope}, providerTypes},
 	}
-	operations := doc.(map[string]any)["operations"].(map[string]any)
-	require.ElementsMatch(t, slices.Collect(maps.Keys(want)), slices.Collect(maps.Keys(operations)),
+	require.ElementsMatch(t, slices.Collect(maps.Keys(want)), slices.Collect(maps.Keys(spec.Operations)),
 		"the document's operations are not the ones this test checks: add a new operation to want")
 
+	carried := map[string]bool{} // the keys of components.messages the operations carry
 	for name, w := range want {
+		op := spec.Operations[name]
+		require.Equal(t, w.action, op.Action, "operation %s", name)
+		var got []string
+		for _, m := range op.Messages {
+			key := carriedMessage(t, spec, name, m)
+			carried[key] = true
+			msg := spec.Components.Messages[key]
+			got = append(got, messageFormat(t, key, msg)+" "+msg.Name)
+		}
+		slices.Sort(got)
 		t.Run(name+" carries a message for every type of its service", func(t *testing.T) {
 			t.Parallel()
-			op := operations[name].(map[string]any)
-			require.Equal(t, w.action, op["action"])
-			channelRef := op["channel"].(map[string]any)["$ref"].(string)
-			var got []string
-			for _, m := range op["messages"].([]any) {
-				ref := m.(map[string]any)["$ref"].(string)
-				require.True(t, strings.HasPrefix(ref, channelRef+"/messages/"),
-					"%s: message %s is not one of its channel's (%s)", name, ref, channelRef)
-				msg, err := resolve(doc, ref)
-				require.NoError(t, err)
-				got = append(got, messageFormat(t, msg)+" "+msg["name"].(string))
-			}
-			slices.Sort(got)
 			require.Equal(t, pairs(w.formats, w.types), got,
 				"operation %s: its messages (format and type) are not the types its service has in code; "+
 					"adding an event type means adding its messages to api/asyncapi.yaml (docs/events.md)", name)
@@ -227,54 +266,51 @@ func TestAsyncAPIHasAMessageForEveryType(t *testing.T) {
 
 	t.Run("the NATS subject's parameter lists labeling's types", func(t *testing.T) {
 		t.Parallel()
-		ch := doc.(map[string]any)["channels"].(map[string]any)["labelingEvents"].(map[string]any)
-		require.Equal(t, stream.SubjectPrefix+"{type}", ch["address"])
-		var enum []string
-		for _, v := range ch["parameters"].(map[string]any)["type"].(map[string]any)["enum"].([]any) {
-			enum = append(enum, v.(string))
-		}
-		require.ElementsMatch(t, labelingTypes(), enum)
+		ch := spec.Channels["labelingEvents"]
+		require.NotNil(t, ch.Address)
+		require.Equal(t, stream.SubjectPrefix+"{type}", *ch.Address)
+		require.ElementsMatch(t, labelingTypes(), ch.Parameters["type"].Enum)
 	})
 
 	t.Run("every message names a type the code has and is carried", func(t *testing.T) {
 		t.Parallel()
 		known := slices.Concat(labelingTypes(), billingTypes(), providerTypes)
-		// The messages the operations carry, by their key in
-		// components.messages (an operation's message is its channel's,
-		// which is a reference to one of those).
-		used := map[string]bool{}
-		for _, op := range operations {
-			for _, m := range op.(map[string]any)["messages"].([]any) {
-				p, err := jsonpointer.New(strings.TrimPrefix(m.(map[string]any)["$ref"].(string), "#"))
-				require.NoError(t, err)
-				v, _, err := p.Get(doc)
-				require.NoError(t, err)
-				ref, _ := v.(map[string]any)["$ref"].(string)
-				key, ok := strings.CutPrefix(ref, "#/components/messages/")
-				require.True(t, ok, "a channel's message is not a reference to components.messages: %v", v)
-				used[key] = true
-			}
-		}
-		messages := doc.(map[string]any)["components"].(map[string]any)["messages"].(map[string]any)
-		for key, v := range messages {
-			name, _ := v.(map[string]any)["name"].(string)
-			require.Contains(t, known, name, "message %s names a type no code has", key)
-			require.True(t, used[key], "message %s is in no operation", key)
+		for key, msg := range spec.Components.Messages {
+			require.Contains(t, known, msg.Name, "message %s names a type no code has", key)
+			require.True(t, carried[key], "message %s is in no operation", key)
 		}
 	})
 }
 
-// messageFormat is the format a message's tags name: exactly one of
-// envelope, cloudevents-binary, cloudevents-structured.
-func messageFormat(t *testing.T, msg map[string]any) string {
+// carriedMessage is the key in components.messages of the message m of
+// operation op: a reference to a message of the operation's channel, which
+// is a reference to components.messages.
+func carriedMessage(t *testing.T, spec asyncAPI, op string, m ref) string {
+	t.Helper()
+	chKey, ok := strings.CutPrefix(spec.Operations[op].Channel.Ref, "#/channels/")
+	require.True(t, ok, "operation %s: its channel is no reference to channels", op)
+	ch, ok := spec.Channels[chKey]
+	require.True(t, ok, "operation %s: no channel %s", op, chKey)
+	msgKey, ok := strings.CutPrefix(m.Ref, "#/channels/"+chKey+"/messages/")
+	require.True(t, ok, "operation %s: message %s is not one of its channel's", op, m.Ref)
+	key, ok := strings.CutPrefix(ch.Messages[msgKey].Ref, "#/components/messages/")
+	require.True(t, ok, "channel %s: message %s is no reference to components.messages", chKey, msgKey)
+	_, ok = spec.Components.Messages[key]
+	require.True(t, ok, "channel %s: no message %s in components.messages", chKey, key)
+	return key
+}
+
+// messageFormat is the format msg's tags name: exactly one of envelope,
+// cloudevents-binary, cloudevents-structured.
+func messageFormat(t *testing.T, key string, msg asyncMessage) string {
 	t.Helper()
 	var formats []string
-	for _, tag := range msg["tags"].([]any) {
-		if n := tag.(map[string]any)["name"].(string); n == envelope || n == binary || n == structured {
-			formats = append(formats, n)
+	for _, tag := range msg.Tags {
+		if tag.Name == envelope || tag.Name == binary || tag.Name == structured {
+			formats = append(formats, tag.Name)
 		}
 	}
-	require.Len(t, formats, 1, "message %v: its tags must name one format", msg["name"])
+	require.Len(t, formats, 1, "message %s: its tags must name one format", key)
 	return formats[0]
 }
 
