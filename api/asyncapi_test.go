@@ -32,6 +32,7 @@ import (
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/webhook"
+	"github.com/acme/outboxpair/infra/wire"
 	"github.com/acme/outboxpair/labeling"
 )
 
@@ -238,7 +239,7 @@ func TestAsyncAPIHasAMessageForEveryType(t *testing.T) {
 		"deliverOverHttp": {"send", []string{envelope, binary}, labelingTypes()},
 		"publishOverNats": {"send", []string{envelope, binary}, labelingTypes()},
 		"receiveOverHttp": {"receive", []string{envelope, binary, structured}, billingTypes()},
-		"consumeFromNats": {"receive", []string{envelope, binary}, billingTypes()},
+		"consumeFromNats": {"receive", []string{envelope, binary, structured}, billingTypes()},
 		"callProvider":    {"send", []string{envelope}, providerTypes},
 	}
 	require.ElementsMatch(t, slices.Collect(maps.Keys(want)), slices.Collect(maps.Keys(spec.Operations)),
@@ -476,6 +477,14 @@ func TestAsyncAPIValidatesWhatTheCodeSends(t *testing.T) {
 	for _, sub := range labeling.Subscribers(labeling.Events(), client.Deliver) {
 		subs[sub.Tag] = sub
 	}
+	// The same with EVENTS_FORMAT=cloudevents.
+	ceClient, err := delivery.New(delivery.Config{BaseURL: srv.URL, Token: token, Format: wire.FormatCloudEvents},
+		slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ceSubs := map[string]outbox.Subscriber{}
+	for _, sub := range labeling.Subscribers(labeling.Events(), ceClient.Deliver) {
+		ceSubs[sub.Tag] = sub
+	}
 
 	for tag, event := range events {
 		t.Run(tag+" validates in every format and transport", func(t *testing.T) {
@@ -515,34 +524,33 @@ func TestAsyncAPIValidatesWhatTheCodeSends(t *testing.T) {
 			require.NoError(t, s.validate(t, msg+"/headers", natsHeader))
 
 			// CloudEvents, binary mode (EVENTS_FORMAT=cloudevents): the
-			// attributes in ce- headers, the body the payload.
-			ceTime := time.UnixMilli(m.CreatedAt).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-			ce := http.Header{}
-			ce.Set("Authorization", "Bearer "+token)
-			ce.Set("Content-Type", "application/json")
-			ce.Set("Idempotency-Key", m.ID.String())
-			ce.Set("ce-specversion", "1.0")
-			ce.Set("ce-id", m.ID.String())
-			ce.Set("ce-type", tag)
-			ce.Set("ce-source", "/labeling")
-			ce.Set("ce-time", ceTime)
-			traceContext(t, ce)
-			msg = message("httpBinary" + tag)
-			require.NoError(t, s.validate(t, msg+"/payload", payload))
-			require.NoError(t, s.validate(t, msg+"/headers", headerSet(t, doc, msg+"/headers", ce)))
-
-			natsCE := map[string]string{
-				"Nats-Msg-Id": m.ID.String(),
-				// The binary mode signs ce-time too: subject \n id \n ce-time
-				// \n body, which Sign writes given id \n ce-time as its id.
-				stream.SignatureHeader: stream.Sign([]byte(token), subject, m.ID.String()+"\n"+ceTime, payload),
-				"ce-specversion":       "1.0",
-				"ce-id":                m.ID.String(),
-				"ce-type":              tag,
-				"ce-source":            "/labeling",
-				"ce-time":              ceTime,
-				"ce-datacontenttype":   "application/json",
+			// attributes in ce- headers, the body the payload, as the relay's
+			// client sends it.
+			m.ID = uuid.Must(uuid.NewV7()) // another request to find
+			require.NoError(t, ceSubs[tag].Handle(context.Background(), m))
+			req = captured{}
+			for _, r := range requests() {
+				if r.header.Get("Idempotency-Key") == m.ID.String() {
+					req = r
+				}
 			}
+			require.NotNil(t, req.body, "no request for %s", m.ID)
+			traceContext(t, req.header)
+			msg = message("httpBinary" + tag)
+			require.NoError(t, s.validate(t, msg+"/payload", req.body))
+			require.NoError(t, s.validate(t, msg+"/headers", headerSet(t, doc, msg+"/headers", req.header)))
+
+			// NATS, binary mode: the headers infra/stream writes.
+			natsCE := map[string]string{
+				"Nats-Msg-Id":              m.ID.String(),
+				wire.HeaderDataContentType: wire.ContentTypeJSON,
+			}
+			for _, h := range wire.BinaryHeaders(m.ID, tag, delivery.Source, m.CreatedAt) {
+				natsCE[h[0]] = h[1]
+			}
+			ceTime := natsCE[wire.HeaderTime]
+			natsCE[stream.SignatureHeader] = stream.Sign([]byte(token), subject, m.ID.String(),
+				stream.SignedCloudEvent(tag, ceTime, payload))
 			msg = message("natsBinary" + tag)
 			require.NoError(t, s.validate(t, msg+"/payload", payload))
 			require.NoError(t, s.validate(t, msg+"/headers", natsCE))
@@ -554,7 +562,14 @@ func TestAsyncAPIValidatesWhatTheCodeSends(t *testing.T) {
 			msg = message("httpStructured" + tag)
 			require.NoError(t, s.validate(t, msg+"/payload", structuredEvent))
 			require.NoError(t, s.validate(t, msg+"/headers", map[string]string{
-				"Authorization": "Bearer " + token, "Content-Type": "application/cloudevents+json"}))
+				"Authorization": "Bearer " + token, "Content-Type": wire.ContentTypeStructured}))
+			structuredBody, err := json.Marshal(structuredEvent)
+			require.NoError(t, err)
+			msg = message("natsStructured" + tag)
+			require.NoError(t, s.validate(t, msg+"/payload", structuredEvent))
+			require.NoError(t, s.validate(t, msg+"/headers", map[string]string{
+				"Nats-Msg-Id": m.ID.String(), stream.SignatureHeader: stream.Sign([]byte(token), subject, m.ID.String(), structuredBody),
+				"Content-Type": wire.ContentTypeStructured}))
 		})
 	}
 
