@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -168,6 +169,13 @@ type transport struct {
 }
 
 var httpTransport = transport{name: "http"}
+
+// cloudEvents is t with labeling writing CloudEvents in binary mode
+// (EVENTS_FORMAT=cloudevents) instead of the envelope.
+func (t transport) cloudEvents() transport {
+	t.lab = append(slices.Clone(t.lab), "EVENTS_FORMAT=cloudevents")
+	return t
+}
 
 // newDBs makes the two fresh databases of a run: the producer's (migrated
 // with producer's schema) and billing's, so rows can be preloaded and triggers

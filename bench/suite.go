@@ -214,8 +214,15 @@ func (b *bench) round(ctx context.Context) error {
 	}
 	if b.want("http") {
 		steps = append(steps, step{"consumer/http", func() (float64, error) { return b.httpDrain(ctx, b.opt.httpBacklog, httpTransport) }})
+		// The same drain with labeling writing CloudEvents (binary mode).
+		steps = append(steps, step{"consumer/http-cloudevents", func() (float64, error) {
+			return b.httpDrain(ctx, b.opt.httpBacklog, httpTransport.cloudEvents())
+		}})
 		if b.natsOK {
 			steps = append(steps, step{"consumer/nats", func() (float64, error) { return b.httpDrain(ctx, b.opt.httpBacklog, b.nats.transport()) }})
+			steps = append(steps, step{"consumer/nats-cloudevents", func() (float64, error) {
+				return b.httpDrain(ctx, b.opt.httpBacklog, b.nats.transport().cloudEvents())
+			}})
 		}
 		if b.natsSync != nil {
 			steps = append(steps, step{"consumer/nats-sync-always", func() (float64, error) {
@@ -357,6 +364,10 @@ func (b *bench) rows() []row {
 		append([]row{ref("project in process", "consumer/project")}, consumerRefs...)...)
 	add(fmt.Sprintf("consumer drain %d, NATS, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats",
 		append([]row{ref("project HTTP", "consumer/http")}, consumerRefs...)...)
+	add(fmt.Sprintf("consumer drain %d, HTTP, CloudEvents, real binaries", b.opt.httpBacklog), "events/s", "consumer/http-cloudevents",
+		ref("project HTTP, envelope", "consumer/http"))
+	add(fmt.Sprintf("consumer drain %d, NATS, CloudEvents, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats-cloudevents",
+		ref("project NATS, envelope", "consumer/nats"))
 	add(fmt.Sprintf("consumer drain %d, NATS sync_interval: always, real binaries", b.opt.httpBacklog), "events/s", "consumer/nats-sync-always",
 		ref("NATS default sync", "consumer/nats"))
 	for _, rate := range b.opt.rates {
