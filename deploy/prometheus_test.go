@@ -588,3 +588,37 @@ func scrapeServices(t *testing.T) map[string]string {
 	}
 	return bodies
 }
+
+// TestPromtoolInCI: both ways CI runs the tests install promtool, which the
+// tests above fail without, and leave no Prometheus server running.
+func TestPromtoolInCI(t *testing.T) {
+	t.Parallel()
+
+	t.Run(".ci/run installs Debian's prometheus package when promtool is missing and keeps its server stopped", func(t *testing.T) {
+		t.Parallel()
+		cmds := shellCommands(read(t, ".ci/run"))
+		require.Contains(t, cmds, "if ! command -v promtool >/dev/null 2>&1; then")
+		require.Contains(t, cmds, "apt-get install -y -qq --no-install-recommends prometheus >/dev/null")
+		require.Contains(t, cmds, "systemctl disable --now prometheus")
+	})
+
+	t.Run("the workflow's test job installs it before the tests and stops its server", func(t *testing.T) {
+		t.Parallel()
+		var wf struct {
+			Jobs map[string]struct {
+				Steps []struct {
+					Run string `yaml:"run"`
+				} `yaml:"steps"`
+			} `yaml:"jobs"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(read(t, ".github/workflows/ci.yml")), &wf))
+		var cmds []string
+		for _, s := range wf.Jobs["test"].Steps {
+			cmds = append(cmds, shellCommands(s.Run)...)
+		}
+		install := slices.Index(cmds, "sudo apt-get install -y -qq --no-install-recommends prometheus")
+		require.GreaterOrEqual(t, install, 0, "the test job installs prometheus")
+		require.Contains(t, cmds[install:], "sudo systemctl disable --now prometheus")
+		require.Less(t, install, slices.Index(cmds, readmeTestCommand(t)), "before the README's test command")
+	})
+}

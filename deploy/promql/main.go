@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -72,7 +73,7 @@ func namesOf(p parser.Parser, q Query) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := lbls.Get(labels.MetricName)
+		name := lbls.Get(model.MetricNameLabel)
 		if name == "" {
 			return nil, fmt.Errorf("%s: a series without a metric name", q.Series)
 		}
@@ -91,7 +92,7 @@ func namesOf(p parser.Parser, q Query) ([]string, error) {
 			}
 			name := vs.Name
 			for _, m := range vs.LabelMatchers {
-				if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+				if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 					name = m.Value
 				}
 			}
