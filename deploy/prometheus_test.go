@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/google/uuid"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -620,5 +621,105 @@ func TestPromtoolInCI(t *testing.T) {
 		require.GreaterOrEqual(t, install, 0, "the test job installs prometheus")
 		require.Contains(t, cmds[install:], "sudo systemctl disable --now prometheus")
 		require.Less(t, install, slices.Index(cmds, readmeTestCommand(t)), "before the README's test command")
+	})
+}
+
+// TestComposeMonitoring holds docker-compose.yml's prometheus and grafana to
+// the files they run: Prometheus reads deploy/prometheus's configuration and
+// rules (promtool check config passes) and scrapes each service on its port
+// under its binary's name (the job the alerts' tests and the dashboard's
+// legends use); Grafana's default datasource is that Prometheus and it loads
+// the dashboard from the folder it is mounted in.
+func TestComposeMonitoring(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// mounts is svc's bind mounts: the repository file each target is.
+	mounts := func(t *testing.T, svc string) map[string]string {
+		t.Helper()
+		s, ok := b.project.Services[svc]
+		require.True(t, ok, "docker-compose.yml runs %s", svc)
+		out := map[string]string{}
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind {
+				out[v.Target] = v.Source
+			}
+		}
+		return out
+	}
+	abs := func(t *testing.T, rel string) string {
+		t.Helper()
+		p, err := filepath.Abs(filepath.Join(root, rel))
+		require.NoError(t, err)
+		return p
+	}
+	const promConfig = "deploy/prometheus/prometheus.yml"
+	var cfg struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(read(t, promConfig)), &cfg))
+
+	t.Run("prometheus runs deploy/prometheus's configuration and rules, which promtool checks", func(t *testing.T) {
+		t.Parallel()
+		m := mounts(t, "prometheus")
+		require.Equal(t, abs(t, promConfig), m["/etc/prometheus/prometheus.yml"], "the image's default configuration path")
+		require.Equal(t, []string{"alerts.yml"}, cfg.RuleFiles, "the rules, beside the configuration in the repository and in the container")
+		require.Equal(t, abs(t, alertsFile), m["/etc/prometheus/alerts.yml"])
+		require.Contains(t, runPromtool(t, "", "check", "config", promConfig), "SUCCESS")
+	})
+
+	t.Run("prometheus scrapes each service on its port, under its binary's name as job", func(t *testing.T) {
+		t.Parallel()
+		jobs := map[string][]string{}
+		for _, sc := range cfg.ScrapeConfigs {
+			for _, st := range sc.StaticConfigs {
+				jobs[sc.JobName] = append(jobs[sc.JobName], st.Targets...)
+			}
+		}
+		apps := b.apps(t)
+		require.Len(t, jobs, len(apps), "one job per service")
+		for bin, svc := range apps {
+			require.Equal(t, []string{svc.Name + ":" + listenPort(t, svc)}, jobs[bin], "job %s scrapes the %s service on its HTTP_ADDR port", bin, svc.Name)
+		}
+	})
+
+	t.Run("grafana's default datasource is that prometheus, and it loads the dashboard from the folder it is mounted in", func(t *testing.T) {
+		t.Parallel()
+		m := mounts(t, "grafana")
+		var ds struct {
+			Datasources []struct {
+				Type      string `yaml:"type"`
+				URL       string `yaml:"url"`
+				IsDefault bool   `yaml:"isDefault"`
+			} `yaml:"datasources"`
+		}
+		var dash struct {
+			Providers []struct {
+				Options struct {
+					Path string `yaml:"path"`
+				} `yaml:"options"`
+			} `yaml:"providers"`
+		}
+		for target, source := range m {
+			rel, err := filepath.Rel(abs(t, "."), source)
+			require.NoError(t, err)
+			switch {
+			case strings.HasPrefix(target, "/etc/grafana/provisioning/datasources/"):
+				require.NoError(t, yaml.Unmarshal([]byte(read(t, rel)), &ds))
+			case strings.HasPrefix(target, "/etc/grafana/provisioning/dashboards/"):
+				require.NoError(t, yaml.Unmarshal([]byte(read(t, rel)), &dash))
+			}
+		}
+		require.Len(t, ds.Datasources, 1)
+		require.Equal(t, "prometheus", ds.Datasources[0].Type)
+		require.True(t, ds.Datasources[0].IsDefault, "the default, which the dashboard's DS_PROMETHEUS picks")
+		require.Equal(t, "http://prometheus:9090", ds.Datasources[0].URL)
+		require.Len(t, dash.Providers, 1)
+		require.Equal(t, abs(t, dashboardFile), m[dash.Providers[0].Options.Path+"/"+filepath.Base(dashboardFile)])
 	})
 }
