@@ -299,6 +299,16 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
+// The PromQL module's own tests pass: the README's test command reaches them
+// only through this package, as deploy/workflow's through TestCIWorkflow.
+func TestPromQLModule(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "test", "-count=1", "./...")
+	cmd.Dir = filepath.Join(root, "deploy", "promql")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
 // promqlNames returns the metric names of each expression and each series,
 // read by Prometheus's own parser (deploy/promql, a module of its own), in the
 // order given: exprs first, then series. An expression that does not parse, or
