@@ -76,7 +76,7 @@ func loadAll[C any](l config.Lookup, load func(config.Lookup) (C, error)) error 
 }
 
 // infra names the services that run no binary of ours.
-var infra = []string{"postgres", issuerService, "nats", traceViewer}
+var infra = []string{"postgres", issuerService, "nats", traceViewer, "prometheus", "grafana"}
 
 // traceViewer is the development trace viewer (Jaeger all-in-one).
 const traceViewer = "jaeger"
@@ -99,6 +99,7 @@ type image struct {
 	checks  []string // what a health check may run, in exec form
 	variant string   // the tag suffix checks holds for ("" for every tag)
 	version int      // numbers in an exact version (17.9 is 2); 0: no version tags, pin by digest
+	prefix  string   // what the project writes before the version in a tag ("v" of v3.5.0)
 }
 
 // images are the images the compose files and the Dockerfile pull, by
@@ -120,6 +121,10 @@ var images = map[string]image{
 	"ghcr.io/navikt/mock-oauth2-server": {version: 3},
 	// The build stage only: it never runs a check.
 	"golang": {version: 3},
+	// Built on busybox (the project's busybox image), so its wget; tagged v3.5.0.
+	"prom/prometheus": {checks: []string{"wget"}, version: 3, prefix: "v"},
+	// Built on alpine (the -ubuntu tags are the other base), so busybox's wget.
+	"grafana/grafana": {checks: []string{"wget"}, version: 3},
 	// Our final stage: its checks are the binaries the Dockerfile copies in (see
 	// checkable). distroless tags no versions, only moving names like nonroot.
 	"gcr.io/distroless/static-debian12": {},
@@ -150,7 +155,7 @@ func requireExact(t *testing.T, ref string) {
 		return
 	}
 	require.NotZero(t, im.version, "%s: %s tags no versions: pin it by digest (%s:%s@sha256:...)", ref, repo, repo, tag)
-	version, _, _ := strings.Cut(tag, "-")
+	version, _, _ := strings.Cut(strings.TrimPrefix(tag, im.prefix), "-")
 	exact := fmt.Sprintf(`^[0-9]+(\.[0-9]+){%d}$`, im.version-1)
 	require.Regexp(t, exact, version, "%s: the tag must carry the full version (%d numbers) or the image a digest", ref, im.version)
 }
@@ -641,6 +646,19 @@ func composeChecks(t *testing.T, variant string, files []string) {
 				// a development stack: none of it is for the machine's network.
 				require.Equal(t, "127.0.0.1", p.HostIP, "%s publishes %d on %q: write it as \"127.0.0.1:%s:%d\"",
 					name, p.Target, p.HostIP, p.Published, p.Target)
+			}
+		}
+	})
+
+	t.Run("every file a service mounts from the repository exists, read-only", func(t *testing.T) {
+		t.Parallel()
+		b := setupFiles(t, files)
+		for name, svc := range b.project.Services {
+			for _, v := range svc.Volumes {
+				if v.Type == types.VolumeTypeBind {
+					require.FileExists(t, v.Source, "%s mounts %s at %s", name, v.Source, v.Target)
+					require.True(t, v.ReadOnly, "%s mounts %s read-only (:ro)", name, v.Source)
+				}
 			}
 		}
 	})

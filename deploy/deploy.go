@@ -6,5 +6,8 @@
 // Its tests also keep the repository's documents true to the code: CONTRACT.md
 // (variables and defaults, failpoints, tables, every "contract section N"), the
 // README's and docs/' figures, commands and links, the CI workflow, and the rule that runtime packages never
-// import internal/testsupport.
+// import internal/testsupport. The Prometheus alerting rules (deploy/prometheus)
+// and the Grafana dashboard (deploy/grafana) are held to the metrics both
+// services export, read from the running processes, and to the runbook in
+// docs/operations.md.
 package deploy
