@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
@@ -90,17 +89,9 @@ func ranCommands(t *testing.T) map[string]string {
 	out["bash "+walkthroughScript] = "TestWalkthrough" // from the root, as the test runs it
 	add(read(t, ".ci/run"), ".ci/run")
 	add(read(t, "deploy/smoke.sh"), "deploy/smoke.sh, in the GitHub workflow")
-	var wf struct {
-		Jobs map[string]struct {
-			Steps []struct {
-				Run string `yaml:"run"`
-			} `yaml:"steps"`
-		} `yaml:"jobs"`
-	}
-	require.NoError(t, yaml.Unmarshal([]byte(read(t, ".github/workflows/ci.yml")), &wf))
-	for _, job := range wf.Jobs {
-		for _, s := range job.Steps {
-			add(s.Run, "the GitHub workflow")
+	for _, runs := range workflowRuns(t) {
+		for _, run := range runs {
+			add(run, "the GitHub workflow")
 		}
 	}
 	return out

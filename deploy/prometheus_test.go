@@ -19,13 +19,13 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/google/uuid"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/internal/testsupport/natstest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
@@ -462,23 +462,9 @@ func scrapeServices(t *testing.T) map[string]string {
 	bins := builtBinaries(t)
 	const token = "metrics-test-token"
 
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	require.NoError(t, err)
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	ns := natstest.Start(t)
+	js := natstest.StreamWithDurable(t, ns, "billing")
 	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream.Name, Subjects: []string{stream.Subjects},
-		Retention: jetstream.InterestPolicy, Storage: jetstream.FileStorage})
-	require.NoError(t, err)
-	_, err = js.CreateConsumer(ctx, stream.Name, stream.ConsumerConfig{Durable: "billing"}.JetStreamConfig())
-	require.NoError(t, err)
 
 	// The provider refuses every call for the first key it sees (503, retried,
 	// then dead-lettered) and accepts the others.
@@ -615,17 +601,9 @@ func TestPromtoolInCI(t *testing.T) {
 
 	t.Run("the workflow's test job installs it before the tests and stops its server", func(t *testing.T) {
 		t.Parallel()
-		var wf struct {
-			Jobs map[string]struct {
-				Steps []struct {
-					Run string `yaml:"run"`
-				} `yaml:"steps"`
-			} `yaml:"jobs"`
-		}
-		require.NoError(t, yaml.Unmarshal([]byte(read(t, ".github/workflows/ci.yml")), &wf))
 		var cmds []string
-		for _, s := range wf.Jobs["test"].Steps {
-			cmds = append(cmds, shellCommands(s.Run)...)
+		for _, run := range workflowRuns(t)["test"] {
+			cmds = append(cmds, shellCommands(run)...)
 		}
 		install := slices.Index(cmds, "sudo apt-get install -y -qq --no-install-recommends prometheus")
 		require.GreaterOrEqual(t, install, 0, "the test job installs prometheus")

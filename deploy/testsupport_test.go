@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // testSupport is the folder of the packages only tests import.
@@ -70,4 +71,25 @@ func TestTestSupportIsShared(t *testing.T) {
 		require.GreaterOrEqual(t, len(seen), 2,
 			"%s is used by the tests of %v only: move it into that package's _test.go files", pkg, importers[pkg])
 	}
+}
+
+// workflowRuns is the run: scripts of each job's steps of the GitHub
+// workflow, in order, by job.
+func workflowRuns(t *testing.T) map[string][]string {
+	t.Helper()
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct {
+				Run string `yaml:"run"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(read(t, ".github/workflows/ci.yml")), &wf))
+	out := map[string][]string{}
+	for name, job := range wf.Jobs {
+		for _, s := range job.Steps {
+			out[name] = append(out[name], s.Run)
+		}
+	}
+	return out
 }

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/internal/testsupport/natstest"
 
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
@@ -62,23 +62,9 @@ func TestNATS(t *testing.T) {
 
 	t.Run("serve filters its durable to its handlers' types, so an unknown type never reaches it, and records an unsigned message at once, applying neither", func(t *testing.T) {
 		t.Parallel()
-		ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
-			StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-		require.NoError(t, err)
-		ns.Start()
-		require.True(t, ns.ReadyForConnections(10*time.Second))
-		t.Cleanup(ns.Shutdown)
-		nc, err := nats.Connect(ns.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
+		ns := natstest.Start(t)
+		js := natstest.StreamWithDurable(t, ns, "billing")
 		ctx := context.Background()
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream.Name, Subjects: []string{stream.Subjects},
-			Retention: jetstream.InterestPolicy, Storage: jetstream.FileStorage})
-		require.NoError(t, err)
-		_, err = js.CreateConsumer(ctx, stream.Name, stream.ConsumerConfig{Durable: "billing"}.JetStreamConfig())
-		require.NoError(t, err)
 
 		const token = "nats-test-token"
 		db := pgtest.New(t, migrations.Billing)

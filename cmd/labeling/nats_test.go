@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/stream"
+	"github.com/acme/outboxpair/internal/testsupport/natstest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 	"github.com/acme/outboxpair/migrations"
@@ -112,13 +113,7 @@ func TestServeNATS(t *testing.T) {
 // natsServer runs a real JetStream server in the test process.
 func natsServer(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	require.NoError(t, err)
-	s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second), "nats server ready")
-	t.Cleanup(s.Shutdown)
-	return s
+	return natstest.Start(t)
 }
 
 func TestNATSRetention(t *testing.T) {

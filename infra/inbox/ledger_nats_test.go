@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/example/ledger"
@@ -18,6 +17,7 @@ import (
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/inboxtest"
+	"github.com/acme/outboxpair/internal/testsupport/natstest"
 )
 
 // ledgerSubject is where a RuleActivated event is published.
@@ -92,12 +92,7 @@ func TestLedgerNATS(t *testing.T) {
 func TestLedgerOverJetStream(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
-		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-			StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-		require.NoError(t, err)
-		s.Start()
-		require.True(t, s.ReadyForConnections(10*time.Second))
-		t.Cleanup(s.Shutdown)
+		s := natstest.Start(t)
 		logger := slog.New(slog.DiscardHandler)
 		ctx := context.Background()
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/example/ledger"
@@ -17,6 +16,7 @@ import (
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
+	"github.com/acme/outboxpair/internal/testsupport/natstest"
 )
 
 // jetStream is an in-process JetStream server with labeling's publisher on
@@ -28,12 +28,7 @@ type jetStream struct {
 
 func startJetStream(t *testing.T) jetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	require.NoError(t, err)
-	s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	t.Cleanup(s.Shutdown)
+	s := natstest.Start(t)
 	pub, err := stream.NewPublisher(stream.PublisherConfig{URL: s.ClientURL(), DuplicateWindow: time.Minute,
 		Key: []byte(token), Consumers: []string{ledger.Durable}}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
