@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/outboxpair/billing"
 	"github.com/acme/outboxpair/infra/delivery"
@@ -81,6 +82,16 @@ func TestCloudEventsInterop(t *testing.T) {
 		m := rowOf(activation(uuid.New()))
 		require.NoError(t, c.Deliver(context.Background(), m))
 		requireSameEvent(t, m, <-got)
+
+		// Under a span (the relay's process span, tracing on), the trace
+		// travels as the distributed-tracing extension too.
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
+			TraceFlags: trace.FlagsSampled})
+		m = rowOf(activation(uuid.New()))
+		require.NoError(t, c.Deliver(trace.ContextWithSpanContext(context.Background(), sc), m))
+		ev := <-got
+		requireSameEvent(t, m, ev)
+		require.Equal(t, "00-01020300000000000000000000000000-0405000000000000-01", ev.Extensions()["traceparent"])
 	})
 
 	t.Run("sdk-go decodes what labeling publishes over NATS, and billing applies it", func(t *testing.T) {

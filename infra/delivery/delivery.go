@@ -18,6 +18,9 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/wire"
@@ -127,7 +130,7 @@ func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 	req.Header.Set("Idempotency-Key", m.ID.String())
 	req.Header.Set("Content-Type", wire.ContentTypeJSON)
 	if c.format == wire.FormatCloudEvents {
-		for _, h := range wire.BinaryHeaders(m.ID, m.Tag, Source, m.CreatedAt) {
+		for _, h := range append(wire.BinaryHeaders(m.ID, m.Tag, Source, m.CreatedAt), TraceAttributes(ctx)...) {
 			req.Header.Set(h[0], h[1])
 		}
 	}
@@ -172,4 +175,23 @@ func Subscriber[E outbox.Event](c *Client) outbox.Subscriber {
 // wire.Envelope, the type the inbox decodes.
 func Envelope(m outbox.Message) ([]byte, error) {
 	return wire.New(m.ID, m.Tag, m.CreatedAt, m.Payload).Encode()
+}
+
+// TraceAttributes is the distributed-tracing extension of a CloudEvent sent
+// under ctx: ce-traceparent and ce-tracestate of ctx's span (the relay's
+// process span, whose trace the delivery's own traceparent header continues
+// too), none when ctx holds no span, as with tracing off.
+func TraceAttributes(ctx context.Context) [][2]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	telemetry.Propagator.Inject(ctx, carrier)
+	var out [][2]string
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v := carrier[k]; v != "" {
+			out = append(out, [2]string{wire.HeaderPrefix + k, wire.Encode(v)})
+		}
+	}
+	return out
 }

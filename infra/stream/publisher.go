@@ -403,6 +403,11 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 		return outbox.Permanent(fmt.Errorf("encode %s %s: %w", m.Tag, m.ID, err))
 	}
 	ctx, span := publishSpan(ctx, msg, m) // nil, at no cost, with tracing off
+	if p.cfg.Format == wire.FormatCloudEvents {
+		for _, h := range delivery.TraceAttributes(ctx) {
+			msg.Header[h[0]] = []string{h[1]}
+		}
+	}
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID.String()), jetstream.WithExpectStream(Name))
 	endSpan(span, err)
 	if err != nil {
