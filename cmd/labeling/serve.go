@@ -122,6 +122,7 @@ func transport(cfg config.Labeling, logger *slog.Logger, events []labeling.Publi
 					Timeout:      cfg.Relay.HandlerTimeout,
 					MaxIdleConns: cfg.Relay.Workers,
 					Format:       cfg.EventsFormat,
+					Name:         s.Name,
 				}, logger.With("subscriber", s.Name))
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", config.SubscriberVar(s.Name, "URL"), err)

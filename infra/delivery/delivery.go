@@ -9,6 +9,7 @@ package delivery
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,9 @@ type Config struct {
 	// relay's workers (OUTBOX_WORKERS) are the most that are in flight. 10
 	// when zero.
 	MaxIdleConns int
+	// Name names the consumer in an error's text ("ledger answered 503");
+	// "billing" when empty.
+	Name string
 	// Format (EVENTS_FORMAT) is how each event is written: the envelope of
 	// contract section 4 (wire.FormatEnvelope, also when empty) or a
 	// CloudEvent in binary content mode (wire.FormatCloudEvents).
@@ -63,6 +67,7 @@ type Client struct {
 	scrub  wire.Scrubber // hides url's credentials in a quoted answer
 	auth   string
 	format wire.Format
+	name   string
 	logger *slog.Logger
 }
 
@@ -101,6 +106,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 		scrub:  wire.NewScrubber(cfg.BaseURL),
 		auth:   "Bearer " + cfg.Token,
 		format: cfg.Format,
+		name:   cmp.Or(cfg.Name, "billing"),
 		logger: logger,
 	}, nil
 }
@@ -152,7 +158,7 @@ func (c *Client) Deliver(ctx context.Context, m outbox.Message) error {
 			"status", resp.StatusCode, "duration_ms", time.Since(start).Milliseconds())
 		return nil
 	}
-	err = fmt.Errorf("deliver %s %s: billing answered %s: %s", m.Tag, m.ID, resp.Status, c.scrub.Snippet(resp.Body, snippetBytes))
+	err = fmt.Errorf("deliver %s %s: %s answered %s: %s", m.Tag, m.ID, c.name, resp.Status, c.scrub.Snippet(resp.Body, snippetBytes))
 	if resp.StatusCode == http.StatusBadRequest {
 		return outbox.Permanent(err)
 	}
