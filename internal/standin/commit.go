@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
@@ -56,6 +57,7 @@ type committer struct {
 	calls chan *receipt
 	stop  chan struct{} // closed by Close: no more calls are taken
 	done  chan struct{} // closed when run has returned
+	once  sync.Once
 }
 
 func newCommitter(db *sqlite.DB) *committer {
@@ -84,8 +86,9 @@ func (c *committer) apply(ctx context.Context, r *receipt) (duplicate bool, err 
 }
 
 // close stops taking calls and waits for the group being committed, if any.
+// A second close waits the same.
 func (c *committer) close() {
-	close(c.stop)
+	c.once.Do(func() { close(c.stop) })
 	<-c.done
 }
 
