@@ -119,13 +119,16 @@ func (c *committer) run() {
 // transaction fails and holds more than one call, each call is applied again
 // alone, so that a call that cannot be applied never costs the others their
 // answer; a failed transaction committed nothing, so nothing is applied twice.
+// A database that is unavailable (busy past the busy timeout, an I/O error, a
+// full disk) fails the whole group at once instead: each call alone would only
+// wait as long again, one after the other.
 func (c *committer) commit(group []*receipt) {
 	dups := make([]bool, len(group))
 	// Not a handler's context: one caller gone must not roll back the others.
 	err := c.db.InTx(context.Background(), sqldb.TxOptions{}, func(tx sqlite.Tx) error {
 		return applyGroup(tx, group, dups)
 	})
-	if err != nil && len(group) > 1 {
+	if err != nil && len(group) > 1 && !sqlite.Unavailable(err) {
 		for _, r := range group {
 			c.commit([]*receipt{r})
 		}
