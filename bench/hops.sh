@@ -9,7 +9,8 @@
 # Rate = (N-1) / (last - first effect), from the tables' own stamps.
 # PREFIX names the databases (PREFIX_lab_R, PREFIX_bill_R) and PORT is the
 # first of three loopback ports (labeling, billing, the stand-in), so that two
-# sittings on one host do not share them.
+# sittings on one host do not share them. HOP2_ENV (e.g. "OUTBOX_WORKERS=80
+# OUTBOX_CLAIM_SIZE=80") is set for billing's phase B only: its relay's settings.
 set -u
 N=${N:-5000}; ROUNDS=${ROUNDS:-3}; BIN=${BIN:?go build -o DIR ./cmd/labeling ./cmd/billing ./cmd/provider, then BIN=DIR}
 PREFIX=${PREFIX:-hop}; PORT=${PORT:-18180}; LP=$PORT; BP=$((PORT+1)); PP=$((PORT+2))
@@ -38,7 +39,7 @@ for r in $(seq 1 $ROUNDS); do
     -c "UPDATE billing_outbox_events SET available_at = created_at WHERE processed_at IS NULL"
   PROVIDER_ADDR=127.0.0.1:$PP PROVIDER_SECRET=$SECRET PROVIDER_DB=$D/provider.db $BIN/provider serve > $D/p.log 2>&1 & pp=$!
   until curl -sf 127.0.0.1:$PP/healthz >/dev/null; do sleep 0.1; done
-  DATABASE_URL=$PG/$B HTTP_ADDR=127.0.0.1:$BP PROVIDER_URL=http://127.0.0.1:$PP/webhook PROVIDER_SECRET=$SECRET $BIN/billing serve > $D/b2.log 2>&1 & bp=$!
+  env ${HOP2_ENV:-} DATABASE_URL=$PG/$B HTTP_ADDR=127.0.0.1:$BP PROVIDER_URL=http://127.0.0.1:$PP/webhook PROVIDER_SECRET=$SECRET $BIN/billing serve > $D/b2.log 2>&1 & bp=$!
   waitq $B "SELECT count(*) FROM billing_outbox_events WHERE processed_at IS NOT NULL" $N
   hop2=$(psql -qtA "$PG/$B" -c "SELECT round(($N-1)*1000.0/greatest(max(processed_at)-min(processed_at),1)) FROM billing_outbox_events")
   applied=$(curl -s 127.0.0.1:$PP/applied | head -c 80)
