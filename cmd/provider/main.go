@@ -16,7 +16,8 @@
 // and a crash at any point loses no call that was answered 2xx. A key sent
 // twice in one group is applied once and counted a duplicate once. A group
 // whose transaction fails is applied again one call at a time, so one call
-// that cannot be applied does not fail the others.
+// that cannot be applied does not fail the others (unless the database is
+// unavailable: then the whole group is answered 503 at once).
 //
 //	provider [serve]      listen on PROVIDER_ADDR until SIGINT/SIGTERM
 //	provider healthcheck  exit 0 when the one on PROVIDER_ADDR answers /healthz
