@@ -4,6 +4,21 @@
 // Idempotency-Key once in a SQLite file, and tells what it applied at
 // GET /applied. docs/calling-the-outside-world.md says how to run it.
 //
+// It answers 2xx only once the call's key and effect are durable, and makes
+// that cheap with a group commit: each handler verifies and parses its call,
+// then hands it to the one writer and waits. The writer takes the first call
+// waiting and every other call already waiting (at most 256), applies them
+// in one SQLite transaction in arrival order (the key inserted or found, the
+// org's count, a duplicate counted), and only after its COMMIT has returned,
+// which under synchronous=FULL has fsync'ed the WAL, answers each handler;
+// a handler answers 2xx only then, and 503 when the commit failed. So the
+// calls that arrive during one fsync share the next, none waits on a timer,
+// and a crash at any point loses no call that was answered 2xx. A key sent
+// twice in one group is applied once and counted a duplicate once. A group
+// whose transaction fails is applied again one call at a time, so one call
+// that cannot be applied does not fail the others (unless the database is
+// unavailable: then the whole group is answered 503 at once).
+//
 //	provider [serve]      listen on PROVIDER_ADDR until SIGINT/SIGTERM
 //	provider healthcheck  exit 0 when the one on PROVIDER_ADDR answers /healthz
 package main

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/outboxpair/infra/sqldb"
+	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/internal/standin"
 	"github.com/acme/outboxpair/internal/testsupport/proctest"
 )
@@ -65,23 +69,39 @@ func (c quotaCall) body() []byte {
 // infra/webhook does, and returns the status.
 func (s stand) send(t *testing.T, secret string, c quotaCall) int {
 	t.Helper()
+	status, err := s.trySend(secret, c)
+	require.NoError(t, err)
+	return status
+}
+
+// trySend is send for a goroutine of the test's: an error instead of a
+// failure.
+func (s stand) trySend(secret string, c quotaCall) (int, error) {
 	body := c.body()
 	wh, err := standardwebhooks.NewWebhook(secret)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err
+	}
 	now := time.Now()
 	sig, err := wh.Sign(c.id.String(), now, body)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err
+	}
 	req, err := http.NewRequest(http.MethodPost, s.base+standin.Path, bytes.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", c.id.String())
 	req.Header.Set("webhook-id", c.id.String())
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
 	resp, err := client.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err
+	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 func (s stand) applied(t *testing.T) standin.Applied {
@@ -200,4 +220,85 @@ func TestBadSettings(t *testing.T) {
 
 	p := proctest.Start(t, bin, map[string]string{}, "frobnicate")
 	require.Equal(t, 2, p.Wait(t, time.Minute).ExitCode(), "a usage error")
+}
+
+// TestKillKeepsEveryAnsweredCall: the group commit answers 2xx only after the
+// commit. 16 senders call the stand-in at once, without pause, and it is
+// killed (SIGKILL) in the middle of their calls, once 300 have been answered;
+// every key it answered 200 is then in its file, and the senders' calls left
+// unanswered are the only ones that may be missing. The sender that receives
+// the 300th 200 kills it at once, while the other senders' calls are in the
+// group being committed, or waiting for the next: an answer given before its
+// commit would be lost here.
+func TestKillKeepsEveryAnsweredCall(t *testing.T) {
+	t.Parallel()
+	secret := newSecret(t)
+	file := filepath.Join(t.TempDir(), "provider.db")
+	s := start(t, envOf(secret, file))
+
+	var (
+		mu       sync.Mutex
+		answered []string
+		sent     atomic.Int64
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := quotaCall{id: uuid.Must(uuid.NewV7()), org: uuid.New(), count: 1, occurs: 1000, version: 1}
+				sent.Add(1)
+				status, err := s.trySend(secret, c)
+				if err != nil {
+					return // killed: refused, or reset in the middle of the call
+				}
+				if status == http.StatusOK {
+					mu.Lock()
+					answered = append(answered, c.id.String())
+					if len(answered) == 300 {
+						_ = syscall.Kill(s.p.Pid(), syscall.SIGKILL)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	select {
+	case <-s.p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the stand-in had not answered 300 calls after a minute")
+	}
+	close(stop)
+	wg.Wait()
+
+	db, err := sqlite.Open(t.Context(), "sqlite:"+file, sqldb.Bounds{StatementTimeout: 5 * time.Second, LockTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer db.Close()
+	kept := map[string]bool{}
+	err = db.InTx(t.Context(), sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error {
+		rows, err := tx.Query(t.Context(), `SELECT idempotency_key FROM provider_applied`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			kept[k] = true
+		}
+		return rows.Err()
+	})
+	require.NoError(t, err)
+	for _, k := range answered {
+		require.True(t, kept[k], "key %s was answered 200 but is not in the file after the kill", k)
+	}
+	t.Logf("%d calls sent, %d answered 200 before the kill, %d keys in the file", sent.Load(), len(answered), len(kept))
+	require.GreaterOrEqual(t, len(kept), len(answered))
 }

@@ -78,8 +78,11 @@ type Config struct {
 	// ConnectTimeout bounds its connect and TLS handshake (DefaultConnectTimeout
 	// when zero).
 	ConnectTimeout time.Duration
-	// MaxIdleConns is how many idle connections to the provider are kept (the
-	// relay's workers are the most in flight); 10 when zero.
+	// MaxIdleConns is how many idle connections to the provider are kept:
+	// the relay's workers (OUTBOX_WORKERS), the most calls in flight, so that
+	// every call after the first of each worker reuses a kept connection
+	// instead of dialling (and leaving one in TIME_WAIT); the relay's default
+	// workers (outbox.DefaultWorkers) when zero.
 	MaxIdleConns int
 }
 
@@ -156,7 +159,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
 	if cfg.MaxIdleConns <= 0 {
-		cfg.MaxIdleConns = 10
+		cfg.MaxIdleConns = outbox.DefaultWorkers
 	}
 	if logger == nil {
 		logger = slog.Default()

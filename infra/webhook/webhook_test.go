@@ -292,3 +292,58 @@ func TestSettingsAreChecked(t *testing.T) {
 	_, err = webhook.New(webhook.Config{URL: "http://provider:8082/hooks", Secrets: []string{"whsec_"}}, nil)
 	require.ErrorContains(t, err, "PROVIDER_SECRET: secret 1 of 1")
 }
+
+// TestConnectionsAreKeptForEveryWorker: at its default pool, a client whose
+// calls come 40 at a time (the relay's default workers) dials 40 connections
+// for the first 40 calls and none for the next 40: each is kept idle between
+// calls, where a smaller pool would close the rest and dial them again.
+func TestConnectionsAreKeptForEveryWorker(t *testing.T) {
+	t.Parallel()
+	const workers = outbox.DefaultWorkers
+	var (
+		mu     sync.Mutex
+		dialed int
+		wave   chan struct{} // closed once the wave's calls are all in the handler
+		inside int
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		gate := wave
+		if inside++; inside == workers {
+			close(gate)
+		}
+		mu.Unlock()
+		<-gate // every call of the wave holds its connection until all are in
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			dialed++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{newSecret(t)}, Timeout: 10 * time.Second}, nil)
+	require.NoError(t, err)
+
+	for round := range 2 {
+		mu.Lock()
+		wave, inside = make(chan struct{}), 0
+		mu.Unlock()
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for i := range workers {
+			wg.Go(func() { errs[i] = c.Call(t.Context(), message()) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, call %d", round, i)
+		}
+		mu.Lock()
+		got := dialed
+		mu.Unlock()
+		require.Equal(t, workers, got, "round %d: connections dialled in all", round)
+	}
+}

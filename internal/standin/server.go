@@ -56,6 +56,7 @@ INSERT INTO provider_counters (name, n) VALUES ('duplicates', 0) ON CONFLICT (na
 // Server is the stand-in's HTTP handler over its database.
 type Server struct {
 	db       *sqlite.DB
+	commits  *committer // the one writer: group commit of the calls' keys and effects
 	verifier *standardwebhooks.Webhook
 	logger   *slog.Logger
 	failEach int
@@ -86,7 +87,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error)
 		db.Close()
 		return nil, fmt.Errorf("PROVIDER_DB: create the tables: %w", err)
 	}
-	return &Server{db: db, verifier: verifier, logger: logger, failEach: cfg.FailEvery}, nil
+	return &Server{db: db, commits: newCommitter(db), verifier: verifier, logger: logger, failEach: cfg.FailEvery}, nil
 }
 
 // versionColumns adds the version columns to the tables of a file created
@@ -109,8 +110,13 @@ func versionColumns(ctx context.Context, tx sqlite.Tx) error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Server) Close() error { return s.db.Close() }
+// Close stops taking calls (a call that comes later is answered 503, having
+// applied nothing), waits for the group commit in progress, and closes the
+// database.
+func (s *Server) Close() error {
+	s.commits.close()
+	return s.db.Close()
+}
 
 // Handler serves POST /webhook, GET /applied and GET /healthz.
 func (s *Server) Handler() http.Handler {
@@ -136,8 +142,8 @@ type call struct {
 	} `json:"payload"`
 }
 
-// receive verifies, then applies the call once per Idempotency-Key and
-// answers only after the commit.
+// receive verifies, then applies the call once per Idempotency-Key through the
+// group commit (committer) and answers only after the commit.
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	// The body is checked before a byte of it is read, as both services check
 	// theirs (web.Bodies): a Content-Type, when sent, must be JSON (billing
@@ -187,44 +193,17 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 		version = *c.Payload.Version
 	}
 	n := s.calls.Add(1)
-	var duplicate bool
-	// One transaction: the key and its effect commit together or not at all,
-	// so a crash between the apply and the answer leaves the key, and the
-	// sender's retry finds it and changes nothing.
-	err = s.db.InTx(r.Context(), sqldb.TxOptions{}, func(tx sqlite.Tx) error {
-		res, err := tx.Exec(r.Context(), `
-			INSERT INTO provider_applied (idempotency_key, org_id, active_rules, occurred_at, event_id, applied_at, version)
-			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (idempotency_key) DO NOTHING`,
-			key, c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String(), time.Now().UnixMilli(), version)
-		if err != nil {
-			return err
-		}
-		if added, err := res.RowsAffected(); err != nil {
-			return err
-		} else if added == 0 {
-			duplicate = true
-			_, err = tx.Exec(r.Context(), `UPDATE provider_counters SET n = n + 1 WHERE name = 'duplicates'`)
-			return err
-		}
-		// Calls arrive in no order: an org keeps the count of its highest
-		// version, whatever came last. occurredAt cannot order them: billing
-		// reads it before it takes the quota row's lock, so two replicas may
-		// commit two changes in the other order. An unversioned call (version
-		// 0, appended before billing's migration 00006) is kept only while the
-		// org has no versioned count, ordered among its kind as before: by
-		// occurredAt, then the UUIDv7 id.
-		_, err = tx.Exec(r.Context(), `
-			INSERT INTO provider_orgs (org_id, active_rules, occurred_at, event_id, version) VALUES (?1, ?2, ?3, ?4, ?5)
-			ON CONFLICT (org_id) DO UPDATE SET active_rules = excluded.active_rules,
-				occurred_at = excluded.occurred_at, event_id = excluded.event_id, version = excluded.version
-			WHERE (excluded.version, excluded.occurred_at, excluded.event_id)
-				> (provider_orgs.version, provider_orgs.occurred_at, provider_orgs.event_id)`,
-			c.Payload.OrgID.String(), *c.Payload.ActiveRules, c.OccurredAt, c.ID.String(), version)
-		return err
+	duplicate, err := s.commits.apply(r.Context(), &receipt{
+		key: key, org: c.Payload.OrgID.String(), count: *c.Payload.ActiveRules, occurredAt: c.OccurredAt,
+		eventID: c.ID.String(), version: version, appliedAt: time.Now().UnixMilli(),
 	})
 	if err != nil {
 		s.logger.Error("call not applied", "key", key, "err", err)
-		answer(w, http.StatusServiceUnavailable, "not applied: the database failed")
+		msg := "not applied: the database failed"
+		if errors.Is(err, errStopped) {
+			msg = "not applied: the stand-in is stopping"
+		}
+		answer(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	s.logger.Info(map[bool]string{false: "quota change applied", true: "duplicate absorbed"}[duplicate],
