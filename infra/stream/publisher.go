@@ -132,6 +132,9 @@ type Publisher struct {
 	checked chan struct{}         // closed when the first check has ended, ready or not
 	once    sync.Once             // closes checked
 	kick    chan struct{}         // asks the stream loop to check the stream again
+	// durables are confirm's reads of the durables after each ack, shared
+	// among the publishes in flight.
+	durables durableReads
 
 	mu        sync.Mutex
 	instances map[string]instance // each durable of cfg.Consumers as last seen by ensure
@@ -183,6 +186,7 @@ func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) 
 		cfg.CheckEvery = 30 * time.Second
 	}
 	p := &Publisher{cfg: cfg, logger: logger, kick: make(chan struct{}, 1), checked: make(chan struct{})}
+	p.durables.read = p.readDurables
 	p.block(errors.New("not checked yet"))
 	return p, nil
 }
@@ -550,10 +554,16 @@ func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) e
 	want := maps.Clone(p.instances)
 	p.mu.Unlock()
 	subject := Subject(m.Tag)
+	// One read, begun after this ack, of every durable (shared with the
+	// other publishes in flight: durableReads).
+	durables, err := p.durables.get(ctx)
+	if err != nil {
+		return fmt.Errorf("durables: %w", err)
+	}
 	var undecided []durableState
 	takers := 0
 	for _, durable := range p.cfg.Consumers {
-		c, err := p.js.Consumer(ctx, Name, durable)
+		c, err := durables[durable].info, durables[durable].err
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			// Missing: make it before anything more is settled.
 			p.block(fmt.Errorf("durable %s was deleted: %w", durable, errNotKept))
@@ -563,12 +573,12 @@ func (p *Publisher) confirm(ctx context.Context, m outbox.Message, seq uint64) e
 		if err != nil {
 			return fmt.Errorf("durable %s: %w", durable, err)
 		}
-		if !Takes(c.CachedInfo().Config, subject) {
+		if !Takes(c.Config, subject) {
 			continue
 		}
 		takers++
 		in, known := want[durable]
-		d := durableState{name: durable, created: c.CachedInfo().Created, seen: in, known: known}
+		d := durableState{name: durable, created: c.Created, seen: in, known: known}
 		if known && !d.created.Equal(in.created) {
 			// Made again, or read back after a server restart: ensure notes
 			// the incarnation and its boundary.
