@@ -113,6 +113,7 @@ func OpenBounded(ctx context.Context, url string, b sqldb.Bounds, opts ...Option
 	if o.traced {
 		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithDisableAcquireTracer()) // span named by the statement's first word (the default)
 	}
+	cfg.AfterConnect = afterConnect(cfg.AfterConnect)
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
