@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,17 @@ type riverVariant struct {
 var riverVariants = []riverVariant{
 	{name: "river", fetchCooldown: 0},
 	{name: "river-1ms", fetchCooldown: time.Millisecond},
+}
+
+// rivers are the variants this run measures (-river).
+func (b *bench) rivers() []riverVariant {
+	var vs []riverVariant
+	for _, v := range riverVariants {
+		if slices.Contains(b.opt.river, v.name) {
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }
 
 type noopArgs struct{}
