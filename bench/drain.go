@@ -35,25 +35,53 @@ import (
 //     riverPendingProbe): the probes decide when to read the end stamps, they
 //     are not the clock.
 
-// pendingProbe returns a row while any outbox row is pending. ORDER BY the
-// pending index's key keeps it on outbox_events_pending_idx analyzed or not; an
-// EXISTS would be planned for its first row and, once ANALYZE says the table is
-// all backlog, become a sequential scan through the settled rows at its front.
-const pendingProbe = `SELECT 1 FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL ORDER BY created_at LIMIT 1`
+// pendingProbe returns a row while any outbox row is pending: the lowest
+// pending created_at, as text, the key pendingFrom starts the next probe from.
+// ORDER BY the pending index's key keeps it on outbox_events_pending_idx
+// analyzed or not; an EXISTS would be planned for its first row and, once
+// ANALYZE says the table is all backlog, become a sequential scan through the
+// settled rows at its front. The column is named key so that ORDER BY
+// created_at is the bigint's order, not its text's.
+const pendingProbe = `SELECT created_at::text AS key FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL ORDER BY created_at LIMIT 1`
+
+// pendingFrom is pendingProbe from key (a created_at it returned) on. The
+// lowest pending created_at only rises during a drain (a row keeps its
+// created_at through claims, retries and settles, and nothing is appended
+// below it), so nothing pending lies below the key. Without it every probe
+// read the index from the bottom, through the dead entries of every row
+// settled so far: at 1M rows, 600ms a probe on this busy machine, a core taken
+// from the drain it timed and growing with the backlog.
+func pendingFrom(key string) string {
+	return `SELECT created_at::text AS key FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL AND created_at >= ` +
+		key + `::bigint ORDER BY created_at LIMIT 1`
+}
 
 // riverPendingProbe returns a row while any River job is not finalized: one
 // probe per unfinished state, each ordered by river_job_prioritized_fetching_index
-// (state, queue, priority, scheduled_at, id) so that it stays on that index.
-var riverPendingProbe = func() string {
-	q := ""
+// (state, queue, priority, scheduled_at, id) so that it stays on that index,
+// and of those the lowest (queue, priority, scheduled_at, id), as an SQL row
+// literal, the key riverPendingFrom starts the next probe from.
+var riverPendingProbe = riverPendingFrom("")
+
+// riverPendingFrom is riverPendingProbe from key on ("": from the start). A
+// job keeps its (queue, priority, scheduled_at) from available through running
+// to completed, and a retry or snooze only moves its scheduled_at later, so the
+// lowest key among unfinished jobs only rises during a drain, as the outbox's
+// does (pendingFrom).
+func riverPendingFrom(key string) string {
+	from := ""
+	if key != "" {
+		from = " AND (queue, priority, scheduled_at, id) >= " + key
+	}
+	q := "SELECT format('(%L::text, %s::smallint, %L::timestamptz, %s::bigint)', queue, priority, scheduled_at, id) FROM ("
 	for i, s := range []string{"available", "running", "retryable", "scheduled", "pending"} {
 		if i > 0 {
 			q += "\nUNION ALL "
 		}
-		q += "(SELECT 1 FROM river_job WHERE state = '" + s + "' ORDER BY queue, priority, scheduled_at, id LIMIT 1)"
+		q += "(SELECT queue, priority, scheduled_at, id FROM river_job WHERE state = '" + s + "'" + from + " ORDER BY queue, priority, scheduled_at, id LIMIT 1)"
 	}
-	return q + "\nLIMIT 1"
-}()
+	return q + "\n) unfinished ORDER BY queue, priority, scheduled_at, id LIMIT 1"
+}
 
 const (
 	pendingCountSQL      = `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL`
@@ -154,8 +182,13 @@ func fillOutbox(ctx context.Context, tx pgx.Tx, n int) error {
 
 // drainProbe is how a drain knows it is done and when it ended.
 type drainProbe struct {
-	q         db     // where the probe and the count run
-	probe     string // a row while work is pending
+	q     db     // where the probe and the count run
+	probe string // a row while work is pending
+	// from, when set, is the probe from a key the last probe returned (its
+	// first column, as text) on: the probe then reads from where work still
+	// was, not from the bottom of the index.
+	from      func(key string) string
+	key       string
 	countLeft string // rows left, read only when the drain is cut off
 	// effects, when set, must hold n rows before the drain is done (the NATS
 	// consumer applies after the relay settled): counted only once the probe
@@ -175,7 +208,7 @@ type drainProbe struct {
 // time, so a later probe changes no figure, while a probe every 20ms through a
 // long drain's pending index (the dead entries of every row settled so far,
 // unvacuumed) took a core of this 2-core machine from the drain it timed.
-func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end time.Time, left int64, err error) {
+func (p *drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end time.Time, left int64, err error) {
 	began := time.Now()
 	deadline := began.Add(limit)
 	for {
@@ -218,8 +251,8 @@ func probeEvery(waited time.Duration) time.Duration {
 	return min(max(waited/50, 20*time.Millisecond), 500*time.Millisecond)
 }
 
-func (p drainProbe) done(ctx context.Context, n int) (bool, error) {
-	pending, err := noRow(ctx, p.q, p.probe)()
+func (p *drainProbe) done(ctx context.Context, n int) (bool, error) {
+	pending, err := p.nothingPending(ctx)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("probe: %w", err)
@@ -233,6 +266,26 @@ func (p drainProbe) done(ctx context.Context, n int) (bool, error) {
 		return false, err
 	}
 	return got >= int64(n+p.warmed), nil
+}
+
+// nothingPending runs the probe (from the last key on, with from).
+func (p *drainProbe) nothingPending(ctx context.Context) (bool, error) {
+	if p.from == nil {
+		return noRow(ctx, p.q, p.probe)()
+	}
+	query := p.probe
+	if p.key != "" {
+		query = p.from(p.key)
+	}
+	var key string
+	err := p.q.one(ctx, query, &key)
+	if errors.Is(err, errNoRow) {
+		return true, nil
+	}
+	if err == nil {
+		p.key = key
+	}
+	return false, err
 }
 
 // warmUp makes sure the system's wake-up path works before the clock starts:
@@ -303,8 +356,8 @@ const (
 // noRow is done() for a probe: true when the probe returns no row.
 func noRow(ctx context.Context, q db, probe string) func() (bool, error) {
 	return func() (bool, error) {
-		var one int
-		err := q.one(ctx, probe, &one)
+		var row any
+		err := q.one(ctx, probe, &row)
 		if errors.Is(err, errNoRow) {
 			return true, nil
 		}

@@ -84,7 +84,8 @@ func TestPairScript(t *testing.T) {
 
 // TestProbesStayOnAnIndex: the drains' completion probes read an index on an
 // analyzed table whose every row is backlog, the case where a count(*) or an
-// EXISTS is planned as a sequential scan.
+// EXISTS is planned as a sequential scan; and so do the probes from the key
+// the first one returned, which find the same first unfinished row.
 func TestProbesStayOnAnIndex(t *testing.T) {
 	t.Parallel()
 	b, ctx := testBench(t)
@@ -95,15 +96,16 @@ func TestProbesStayOnAnIndex(t *testing.T) {
 		fill  func(*testing.T, *pgxpool.Pool)
 		table string
 		probe string
+		from  func(string) string
 	}{
 		{"outbox probe uses the pending index", schemaLabeling, func(t *testing.T, p *pgxpool.Pool) {
 			require.NoError(t, preloadOutbox(ctx, p, n))
-		}, "outbox_events", pendingProbe},
+		}, "outbox_events", pendingProbe, pendingFrom},
 		{"river probe uses its fetching index", schemaRiver, func(t *testing.T, p *pgxpool.Pool) {
 			_, err := p.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
 				SELECT '{}', 'bench_noop', 25, 'default', 'available', now() FROM generate_series(1, $1::int)`, n)
 			require.NoError(t, err)
-		}, "river_job", riverPendingProbe},
+		}, "river_job", riverPendingProbe, riverPendingFrom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,13 +115,20 @@ func TestProbesStayOnAnIndex(t *testing.T) {
 			tc.fill(t, pool)
 			_, err = pool.Exec(ctx, "ANALYZE "+tc.table)
 			require.NoError(t, err)
-			rows, err := pool.Query(ctx, "EXPLAIN "+tc.probe)
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			text := strings.Join(lines, "\n")
-			require.NotContains(t, text, "Seq Scan", "the probe scans the table:\n%s", text)
-			require.Contains(t, text, "Index", "the probe reads no index:\n%s", text)
+			var key string
+			require.NoError(t, pool.QueryRow(ctx, tc.probe).Scan(&key))
+			var again string
+			require.NoError(t, pool.QueryRow(ctx, tc.from(key)).Scan(&again))
+			require.Equal(t, key, again, "the probe from its own key finds the same first unfinished row")
+			for _, probe := range []string{tc.probe, tc.from(key)} {
+				rows, err := pool.Query(ctx, "EXPLAIN "+probe)
+				require.NoError(t, err)
+				lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				require.NoError(t, err)
+				text := strings.Join(lines, "\n")
+				require.NotContains(t, text, "Seq Scan", "the probe scans the table:\n%s", text)
+				require.Contains(t, text, "Index", "the probe reads no index:\n%s", text)
+			}
 		})
 	}
 }

@@ -300,7 +300,7 @@ func (b *bench) riverDrain(ctx context.Context, v riverVariant, n int, analyzed,
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{q: r.q, probe: pr.riverPending, countLeft: pr.riverPendingCount, endDB: endDB, endSQL: endSQL}
+	probe := drainProbe{q: r.q, probe: pr.riverPending, from: pr.riverPendingFrom, countLeft: pr.riverPendingCount, endDB: endDB, endSQL: endSQL}
 	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
 	rate, err := b.drainRate(fmt.Sprintf("%s drain of %d", v.name, n), n, start, end, left, err)
 	if err != nil {
