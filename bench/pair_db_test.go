@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -130,5 +131,37 @@ func TestProbesStayOnAnIndex(t *testing.T) {
 				require.Contains(t, text, "Index", "the probe reads no index:\n%s", text)
 			}
 		})
+	}
+}
+
+// TestFillOutboxWritesAppendsIDs: the drains' backlog has the ids Append
+// writes, UUIDv7 of each row's created_at, so the primary key is in time order.
+func TestFillOutboxWritesAppendsIDs(t *testing.T) {
+	t.Parallel()
+	b, ctx := testBench(t)
+	dbURL, err := b.env.create(ctx, schemaLabeling)
+	require.NoError(t, err)
+	pool := openT(t, ctx, dbURL)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, fillOutbox(ctx, tx, 1000))
+	require.NoError(t, tx.Commit(ctx))
+	rows, err := pool.Query(ctx, `SELECT id, created_at FROM outbox_events ORDER BY id`)
+	require.NoError(t, err)
+	type row struct {
+		ID        uuid.UUID
+		CreatedAt int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Len(t, got, 1000)
+	for i, r := range got {
+		require.Equal(t, uuid.Version(7), r.ID.Version(), "row %d: %s", i, r.ID)
+		require.Equal(t, uuid.RFC4122, r.ID.Variant(), "row %d: %s", i, r.ID)
+		sec, nsec := r.ID.Time().UnixTime()
+		require.Equal(t, r.CreatedAt, sec*1000+nsec/1e6, "row %d: the id's time is its created_at", i)
+		if i > 0 {
+			require.Greater(t, r.CreatedAt, got[i-1].CreatedAt, "ids sort as created_at does")
+		}
 	}
 }
