@@ -98,12 +98,10 @@ const (
 	// it in its own transaction, at no extra statement or row.
 	stampReceiptsColumn = `ALTER TABLE billing_receipts ADD COLUMN bench_at timestamptz NOT NULL DEFAULT clock_timestamp()`
 
-	// notifyOutbox is the wake-up a relay's Nudge broadcasts (infra/outbox
-	// listen.go) to the relays that LISTEN (Config.Notify, OUTBOX_NOTIFY).
-	notifyOutbox = `SELECT pg_notify('outbox_events', '')`
 	// notifyRequeued is the wake-up a requeue sends (infra/outbox admin.go,
-	// listen.go): its payload, "requeued:" and the lowest created_at made
-	// claimable, drops the scan floor of every relay that LISTENs to it.
+	// listen.go) to the relays that LISTEN (Config.Notify, OUTBOX_NOTIFY): its
+	// payload, "requeued:" and the lowest created_at made claimable, also
+	// drops their scan floor to it. (An append's Nudge sends an empty one.)
 	notifyRequeued = `SELECT pg_notify('outbox_events', $1)`
 )
 
