@@ -290,7 +290,7 @@ func (b *bench) httpDrain(ctx context.Context, n int, t transport) (float64, err
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{q: lab.q, probe: pr.pending, countLeft: pr.pendingCount, endDB: bil.q, endSQL: pr.receiptsEnd}
+	probe := drainProbe{q: lab.q, probe: pr.pending, from: pr.pendingFrom, countLeft: pr.pendingCount, endDB: bil.q, endSQL: pr.receiptsEnd}
 	if t.name != "http" {
 		probe.effects, probe.effectsSQL, probe.warmed = bil.q, pr.receiptsCount, warmed
 	}

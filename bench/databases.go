@@ -20,8 +20,9 @@ import (
 // probes are the statements that tell a drain is done and when it ended, in
 // one dialect.
 type probes struct {
-	pending, pendingCount           string // outbox
-	noopEnd                         string // the relay's last processed_at
+	pending, pendingCount           string                  // outbox
+	pendingFrom, riverPendingFrom   func(key string) string // nil: none (drainProbe.from)
+	noopEnd                         string                  // the relay's last processed_at
 	riverPending, riverPendingCount string
 	riverEnd                        string // River's last finalized_at
 	receiptsEnd, receiptsCount      string // billing's receipts
@@ -29,6 +30,8 @@ type probes struct {
 
 var pgProbes = probes{
 	pending:           pendingProbe,
+	pendingFrom:       pendingFrom,
+	riverPendingFrom:  riverPendingFrom,
 	pendingCount:      pendingCountSQL,
 	noopEnd:           noopEndSQL,
 	riverPending:      riverPendingProbe,

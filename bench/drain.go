@@ -30,29 +30,58 @@ import (
 //     batched settle or completer flush, so neither system's flush tail is in
 //     the figure); for a consumer drain the clock_timestamp() that
 //     billing_receipts.bench_at takes in the consumer's own transaction.
-//   - Completion is polled every 20ms with probes that stay on an index
-//     (pendingProbe, riverPendingProbe): the probes decide when to read the
-//     end stamps, they are not the clock.
+//   - Completion is polled (every 20ms, less often as a drain goes on: see
+//     wait) with probes that stay on an index (pendingProbe,
+//     riverPendingProbe): the probes decide when to read the end stamps, they
+//     are not the clock.
 
-// pendingProbe returns a row while any outbox row is pending. ORDER BY the
-// pending index's key keeps it on outbox_events_pending_idx analyzed or not; an
-// EXISTS would be planned for its first row and, once ANALYZE says the table is
-// all backlog, become a sequential scan through the settled rows at its front.
-const pendingProbe = `SELECT 1 FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL ORDER BY created_at LIMIT 1`
+// pendingProbe returns a row while any outbox row is pending: the lowest
+// pending created_at, as text, the key pendingFrom starts the next probe from.
+// ORDER BY the pending index's key keeps it on outbox_events_pending_idx
+// analyzed or not; an EXISTS would be planned for its first row and, once
+// ANALYZE says the table is all backlog, become a sequential scan through the
+// settled rows at its front. The column is named key so that ORDER BY
+// created_at is the bigint's order, not its text's.
+const pendingProbe = `SELECT created_at::text AS key FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL ORDER BY created_at LIMIT 1`
+
+// pendingFrom is pendingProbe from key (a created_at it returned) on. The
+// lowest pending created_at only rises during a drain (a row keeps its
+// created_at through claims, retries and settles, and nothing is appended
+// below it), so nothing pending lies below the key. Without it every probe
+// read the index from the bottom, through the dead entries of every row
+// settled so far: at 1M rows, 600ms a probe on this busy machine, a core taken
+// from the drain it timed and growing with the backlog.
+func pendingFrom(key string) string {
+	return `SELECT created_at::text AS key FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL AND created_at >= ` +
+		key + `::bigint ORDER BY created_at LIMIT 1`
+}
 
 // riverPendingProbe returns a row while any River job is not finalized: one
 // probe per unfinished state, each ordered by river_job_prioritized_fetching_index
-// (state, queue, priority, scheduled_at, id) so that it stays on that index.
-var riverPendingProbe = func() string {
-	q := ""
+// (state, queue, priority, scheduled_at, id) so that it stays on that index,
+// and of those the lowest (queue, priority, scheduled_at, id), as an SQL row
+// literal, the key riverPendingFrom starts the next probe from.
+var riverPendingProbe = riverPendingFrom("")
+
+// riverPendingFrom is riverPendingProbe from key on ("": from the start). A
+// job keeps its (queue, priority, scheduled_at) from available through running
+// to completed, and a retry or snooze only moves its scheduled_at later, so the
+// lowest key among unfinished jobs only rises during a drain, as the outbox's
+// does (pendingFrom).
+func riverPendingFrom(key string) string {
+	from := ""
+	if key != "" {
+		from = " AND (queue, priority, scheduled_at, id) >= " + key
+	}
+	q := "SELECT format('(%L::text, %s::smallint, %L::timestamptz, %s::bigint)', queue, priority, scheduled_at, id) FROM ("
 	for i, s := range []string{"available", "running", "retryable", "scheduled", "pending"} {
 		if i > 0 {
 			q += "\nUNION ALL "
 		}
-		q += "(SELECT 1 FROM river_job WHERE state = '" + s + "' ORDER BY queue, priority, scheduled_at, id LIMIT 1)"
+		q += "(SELECT queue, priority, scheduled_at, id FROM river_job WHERE state = '" + s + "'" + from + " ORDER BY queue, priority, scheduled_at, id LIMIT 1)"
 	}
-	return q + "\nLIMIT 1"
-}()
+	return q + "\n) unfinished ORDER BY queue, priority, scheduled_at, id LIMIT 1"
+}
 
 const (
 	pendingCountSQL      = `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL`
@@ -69,9 +98,11 @@ const (
 	// it in its own transaction, at no extra statement or row.
 	stampReceiptsColumn = `ALTER TABLE billing_receipts ADD COLUMN bench_at timestamptz NOT NULL DEFAULT clock_timestamp()`
 
-	// notifyOutbox is the wake-up a relay's Nudge broadcasts (infra/outbox
-	// listen.go) to the relays that LISTEN (Config.Notify, OUTBOX_NOTIFY).
-	notifyOutbox = `SELECT pg_notify('outbox_events', '')`
+	// notifyRequeued is the wake-up a requeue sends (infra/outbox admin.go,
+	// listen.go) to the relays that LISTEN (Config.Notify, OUTBOX_NOTIFY): its
+	// payload, "requeued:" and the lowest created_at made claimable, also
+	// drops their scan floor to it. (An append's Nudge sends an empty one.)
+	notifyRequeued = `SELECT pg_notify('outbox_events', $1)`
 )
 
 // commitBacklog runs fill in one transaction, then (if analyzeTable is set)
@@ -105,40 +136,69 @@ func analyzedTable(analyzed bool, table string) string {
 	return ""
 }
 
-// createdAhead is how far after the backlog's transaction began its rows'
-// created_at start. The relay's scan floor rises to its clock less 2s on every
-// claim that finds nothing (infra/outbox claim.go), and it claims while the
-// backlog is being written: rows stamped at the transaction's start would lie
-// below the floor if the transaction took longer than that.
+// createdAhead is how far after the backlog's transaction began the rows of a
+// SQLite backlog (liteFillOutbox) are created. The relay's scan floor rises to
+// its clock less 2s on every claim that finds nothing (infra/outbox claim.go),
+// and it claims while the backlog is being written: rows stamped at the
+// transaction's start would lie below the floor if the transaction took longer
+// than that.
 const createdAhead = time.Minute
 
 // fillOutbox inserts n pending RuleActivated rows as Append writes them
-// (payload {"orgId","ruleId"}), 1ms apart from createdAhead on, all available
-// from the transaction's start, then sends the relays' wake-up (delivered at
-// the commit).
+// (payload {"orgId","ruleId"}), created 1ms apart up to the transaction's
+// start, as a backlog that built up while nothing drained it (a consumer that
+// was down) is, all available from the transaction's start; then it sends the
+// wake-up a requeue sends (delivered at the commit), which names the lowest
+// created_at so that a relay whose scan floor rose past it while the
+// transaction ran looks there at once.
+//
+// Choice: not stamped in the future (createdAhead, as on SQLite, which has no
+// notification to carry the floor). A relay's floor cannot rise above its
+// clock less 2s, so with rows ahead of its clock every claim scanned the
+// pending index from the bottom of the backlog, through the dead entries of
+// every row already settled: a drain quadratic in the backlog (0.83× the 10k
+// rate at 100k), which rows stamped by a producer's clock (at or
+// before the commit) never see.
 func fillOutbox(ctx context.Context, tx pgx.Tx, n int) error {
-	now := time.Now()
-	base := now.Add(createdAhead).UnixMilli()
+	now := time.Now().UnixMilli()
+	lowest := now - int64(n)
 	for start := 0; start < n; start += 50000 {
 		end := min(n, start+50000) - 1
 		_, err := tx.Exec(ctx, `
 			INSERT INTO outbox_events (id, event_tag, payload, created_at, available_at, attempts)
-			SELECT gen_random_uuid(), 'RuleActivated',
+			SELECT `+uuidV7SQL("$1::bigint + i")+`, 'RuleActivated',
 				jsonb_build_object('orgId', md5('org' || (i % $3))::uuid, 'ruleId', gen_random_uuid()),
 				$1::bigint + i, $4::bigint, 0
-			FROM generate_series($2::int, $5::int) AS i`, base, start, orgs, now.UnixMilli(), end)
+			FROM generate_series($2::int, $5::int) AS i`, lowest, start, orgs, now, end)
 		if err != nil {
 			return fmt.Errorf("fill outbox: %w", err)
 		}
 	}
-	_, err := tx.Exec(ctx, notifyOutbox)
+	_, err := tx.Exec(ctx, notifyRequeued, fmt.Sprintf("requeued:%d", lowest))
 	return err
+}
+
+// uuidV7SQL is an SQL expression for a UUIDv7 (RFC 9562) of the epoch
+// milliseconds ms (an SQL expression): the ids Append gives rows
+// (uuid.NewV7), time-ordered, so that a backlog's primary key is written and
+// read near its right edge as the relay's is. Random ids (gen_random_uuid)
+// spread a million rows' claims and settles over every leaf of the key, a
+// working set that outgrows shared_buffers beside the table: a cost of the
+// benchmark's ids, not of the relay's.
+func uuidV7SQL(ms string) string {
+	return `(lpad(to_hex(` + ms + `), 12, '0') || '7' || substr(md5(random()::text), 1, 3)
+				|| to_hex(8 + floor(random() * 4)::int) || substr(md5(random()::text), 1, 15))::uuid`
 }
 
 // drainProbe is how a drain knows it is done and when it ended.
 type drainProbe struct {
-	q         db     // where the probe and the count run
-	probe     string // a row while work is pending
+	q     db     // where the probe and the count run
+	probe string // a row while work is pending
+	// from, when set, is the probe from a key the last probe returned (its
+	// first column, as text) on: the probe then reads from where work still
+	// was, not from the bottom of the index.
+	from      func(key string) string
+	key       string
 	countLeft string // rows left, read only when the drain is cut off
 	// effects, when set, must hold n rows before the drain is done (the NATS
 	// consumer applies after the relay settled): counted only once the probe
@@ -152,8 +212,15 @@ type drainProbe struct {
 
 // wait polls until the drain is done, ctx ends, or limit passes (errLimit,
 // with the rows left and the database's clock as the end).
-func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end time.Time, left int64, err error) {
-	deadline := time.Now().Add(limit)
+//
+// The probe runs every 20ms at first and every fiftieth of the time waited so
+// far later on (500ms at most): the end is the rows' stamp, not the probe's
+// time, so a later probe changes no figure, while a probe every 20ms through a
+// long drain's pending index (the dead entries of every row settled so far,
+// unvacuumed) took a core of this 2-core machine from the drain it timed.
+func (p *drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end time.Time, left int64, err error) {
+	began := time.Now()
+	deadline := began.Add(limit)
 	for {
 		done, err := p.done(ctx, n)
 		if err != nil {
@@ -184,13 +251,18 @@ func (p drainProbe) wait(ctx context.Context, n int, limit time.Duration) (end t
 		select {
 		case <-ctx.Done():
 			return time.Time{}, 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(probeEvery(time.Since(began))):
 		}
 	}
 }
 
-func (p drainProbe) done(ctx context.Context, n int) (bool, error) {
-	pending, err := noRow(ctx, p.q, p.probe)()
+// probeEvery is the wait before the next probe of a drain waited on for so far.
+func probeEvery(waited time.Duration) time.Duration {
+	return min(max(waited/50, 20*time.Millisecond), 500*time.Millisecond)
+}
+
+func (p *drainProbe) done(ctx context.Context, n int) (bool, error) {
+	pending, err := p.nothingPending(ctx)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("probe: %w", err)
@@ -204,6 +276,26 @@ func (p drainProbe) done(ctx context.Context, n int) (bool, error) {
 		return false, err
 	}
 	return got >= int64(n+p.warmed), nil
+}
+
+// nothingPending runs the probe (from the last key on, with from).
+func (p *drainProbe) nothingPending(ctx context.Context) (bool, error) {
+	if p.from == nil {
+		return noRow(ctx, p.q, p.probe)()
+	}
+	query := p.probe
+	if p.key != "" {
+		query = p.from(p.key)
+	}
+	var key string
+	err := p.q.one(ctx, query, &key)
+	if errors.Is(err, errNoRow) {
+		return true, nil
+	}
+	if err == nil {
+		p.key = key
+	}
+	return false, err
 }
 
 // warmUp makes sure the system's wake-up path works before the clock starts:
@@ -274,8 +366,8 @@ const (
 // noRow is done() for a probe: true when the probe returns no row.
 func noRow(ctx context.Context, q db, probe string) func() (bool, error) {
 	return func() (bool, error) {
-		var one int
-		err := q.one(ctx, probe, &one)
+		var row any
+		err := q.one(ctx, probe, &row)
 		if errors.Is(err, errNoRow) {
 			return true, nil
 		}

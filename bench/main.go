@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,6 +45,8 @@ type options struct {
 	natsSyncAlways   bool
 	relaySet         string
 	sqlite           bool
+	river            []string // River variants beside the project (riverVariants' names)
+	pgDefaults       bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -72,8 +75,19 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.natsSyncAlways, "nats-sync-always", false, "with -nats start: also the NATS drain on a second private server with sync_interval: always (needs nats-server 2.10 or later)")
 	fs.StringVar(&o.relaySet, "relay-set", "", "outbox.Config fields set on the in-process relays, e.g. \"ClaimSize=50\"")
 	fs.BoolVar(&o.sqlite, "sqlite", false, "the SQLite sitting: the pair on SQLite files beside River on SQLite (riversqlite); workloads "+strings.Join(sqliteWorkloads, ",")+", no PostgreSQL needed")
+	river := fs.String("river", "river-1ms,river", "River variants run beside the project (river-1ms: tuned, the reference of every River ratio; river: its defaults, information only), or \"none\": at ~1,000 jobs/s River's defaults take 17 minutes for a 1M backlog")
+	fs.BoolVar(&o.pgDefaults, "pg-defaults", false, "also run every round on a throwaway PostgreSQL cluster of the program's own with initdb's default settings (autovacuum on), its rows suffixed \"(defaults cluster)\"; needs the server binaries (initdb, postgres: Debian's postgresql-15)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *river != "none" {
+		for _, name := range strings.Split(*river, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.ContainsFunc(riverVariants, func(v riverVariant) bool { return v.name == name }) {
+				return o, fmt.Errorf("-river: unknown variant %q (have river-1ms, river, or none)", name)
+			}
+			o.river = append(o.river, name)
+		}
 	}
 	for _, s := range strings.Split(*rates, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(s))
@@ -97,6 +111,9 @@ func parseFlags(args []string) (options, error) {
 		if o.nats != "" {
 			return o, fmt.Errorf("-nats: the SQLite sitting has no NATS rows")
 		}
+		if o.pgDefaults {
+			return o, fmt.Errorf("-pg-defaults: the SQLite sitting has no PostgreSQL")
+		}
 	}
 	if o.rounds < 1 {
 		return o, fmt.Errorf("-rounds must be at least 1")
@@ -109,9 +126,17 @@ func (o options) summary() string {
 		return fmt.Sprintf("-sqlite -backlog %d -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -latency-grace %s -drain-limit %s -relay-set %q",
 			o.backlog, o.consumerBacklog, o.httpBacklog, o.rates, o.latencyDuration, o.latencyGrace, o.drainLimit, o.relaySet)
 	}
-	return fmt.Sprintf("-backlog %d -small %d -big %d -scale-analyzed=%t -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -producer-duration %s -pgbench-duration %s -settled %d -claim-batches %d -nats %q -nats-server %q -nats-sync-always=%t -relay-set %q",
+	return fmt.Sprintf("-backlog %d -small %d -big %d -scale-analyzed=%t -consumer-backlog %d -http-backlog %d -rates %v -latency-duration %s -producer-duration %s -pgbench-duration %s -settled %d -claim-batches %d -nats %q -nats-server %q -nats-sync-always=%t -relay-set %q -river %q -pg-defaults=%t",
 		o.backlog, o.small, o.big, o.scaleAnalyzed, o.consumerBacklog, o.httpBacklog, o.rates, o.latencyDuration,
-		o.producerDuration, o.pgbenchDuration, o.settled, o.claimBatches, o.nats, o.natsServer, o.natsSyncAlways, o.relaySet)
+		o.producerDuration, o.pgbenchDuration, o.settled, o.claimBatches, o.nats, o.natsServer, o.natsSyncAlways, o.relaySet, o.riverList(), o.pgDefaults)
+}
+
+// riverList is -river as given: the variants' names, or "none".
+func (o options) riverList() string {
+	if len(o.river) == 0 {
+		return "none"
+	}
+	return strings.Join(o.river, ",")
 }
 
 func main() {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -84,7 +85,8 @@ func TestPairScript(t *testing.T) {
 
 // TestProbesStayOnAnIndex: the drains' completion probes read an index on an
 // analyzed table whose every row is backlog, the case where a count(*) or an
-// EXISTS is planned as a sequential scan.
+// EXISTS is planned as a sequential scan; and so do the probes from the key
+// the first one returned, which find the same first unfinished row.
 func TestProbesStayOnAnIndex(t *testing.T) {
 	t.Parallel()
 	b, ctx := testBench(t)
@@ -95,15 +97,16 @@ func TestProbesStayOnAnIndex(t *testing.T) {
 		fill  func(*testing.T, *pgxpool.Pool)
 		table string
 		probe string
+		from  func(string) string
 	}{
 		{"outbox probe uses the pending index", schemaLabeling, func(t *testing.T, p *pgxpool.Pool) {
 			require.NoError(t, preloadOutbox(ctx, p, n))
-		}, "outbox_events", pendingProbe},
+		}, "outbox_events", pendingProbe, pendingFrom},
 		{"river probe uses its fetching index", schemaRiver, func(t *testing.T, p *pgxpool.Pool) {
 			_, err := p.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
 				SELECT '{}', 'bench_noop', 25, 'default', 'available', now() FROM generate_series(1, $1::int)`, n)
 			require.NoError(t, err)
-		}, "river_job", riverPendingProbe},
+		}, "river_job", riverPendingProbe, riverPendingFrom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,13 +116,52 @@ func TestProbesStayOnAnIndex(t *testing.T) {
 			tc.fill(t, pool)
 			_, err = pool.Exec(ctx, "ANALYZE "+tc.table)
 			require.NoError(t, err)
-			rows, err := pool.Query(ctx, "EXPLAIN "+tc.probe)
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			text := strings.Join(lines, "\n")
-			require.NotContains(t, text, "Seq Scan", "the probe scans the table:\n%s", text)
-			require.Contains(t, text, "Index", "the probe reads no index:\n%s", text)
+			var key string
+			require.NoError(t, pool.QueryRow(ctx, tc.probe).Scan(&key))
+			var again string
+			require.NoError(t, pool.QueryRow(ctx, tc.from(key)).Scan(&again))
+			require.Equal(t, key, again, "the probe from its own key finds the same first unfinished row")
+			for _, probe := range []string{tc.probe, tc.from(key)} {
+				rows, err := pool.Query(ctx, "EXPLAIN "+probe)
+				require.NoError(t, err)
+				lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				require.NoError(t, err)
+				text := strings.Join(lines, "\n")
+				require.NotContains(t, text, "Seq Scan", "the probe scans the table:\n%s", text)
+				require.Contains(t, text, "Index", "the probe reads no index:\n%s", text)
+			}
 		})
+	}
+}
+
+// TestFillOutboxWritesAppendsIDs: the drains' backlog has the ids Append
+// writes, UUIDv7 of each row's created_at, so the primary key is in time order.
+func TestFillOutboxWritesAppendsIDs(t *testing.T) {
+	t.Parallel()
+	b, ctx := testBench(t)
+	dbURL, err := b.env.create(ctx, schemaLabeling)
+	require.NoError(t, err)
+	pool := openT(t, ctx, dbURL)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, fillOutbox(ctx, tx, 1000))
+	require.NoError(t, tx.Commit(ctx))
+	rows, err := pool.Query(ctx, `SELECT id, created_at FROM outbox_events ORDER BY id`)
+	require.NoError(t, err)
+	type row struct {
+		ID        uuid.UUID
+		CreatedAt int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Len(t, got, 1000)
+	for i, r := range got {
+		require.Equal(t, uuid.Version(7), r.ID.Version(), "row %d: %s", i, r.ID)
+		require.Equal(t, uuid.RFC4122, r.ID.Variant(), "row %d: %s", i, r.ID)
+		sec, nsec := r.ID.Time().UnixTime()
+		require.Equal(t, r.CreatedAt, sec*1000+nsec/1e6, "row %d: the id's time is its created_at", i)
+		if i > 0 {
+			require.Greater(t, r.CreatedAt, got[i-1].CreatedAt, "ids sort as created_at does")
+		}
 	}
 }

@@ -205,7 +205,7 @@ func (b *bench) projectDrain(ctx context.Context, n int, analyzed bool, bil *bil
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{q: lab.q, probe: pr.pending, countLeft: pr.pendingCount, endDB: endDB, endSQL: endSQL}
+	probe := drainProbe{q: lab.q, probe: pr.pending, from: pr.pendingFrom, countLeft: pr.pendingCount, endDB: endDB, endSQL: endSQL}
 	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
 	rate, err := b.drainRate(fmt.Sprintf("project drain of %d", n), n, start, end, left, err)
 	if err != nil {

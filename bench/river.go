@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,17 @@ type riverVariant struct {
 var riverVariants = []riverVariant{
 	{name: "river", fetchCooldown: 0},
 	{name: "river-1ms", fetchCooldown: time.Millisecond},
+}
+
+// rivers are the variants this run measures (-river).
+func (b *bench) rivers() []riverVariant {
+	var vs []riverVariant
+	for _, v := range riverVariants {
+		if slices.Contains(b.opt.river, v.name) {
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }
 
 type noopArgs struct{}
@@ -288,7 +300,7 @@ func (b *bench) riverDrain(ctx context.Context, v riverVariant, n int, analyzed,
 	if err != nil {
 		return 0, err
 	}
-	probe := drainProbe{q: r.q, probe: pr.riverPending, countLeft: pr.riverPendingCount, endDB: endDB, endSQL: endSQL}
+	probe := drainProbe{q: r.q, probe: pr.riverPending, from: pr.riverPendingFrom, countLeft: pr.riverPendingCount, endDB: endDB, endSQL: endSQL}
 	end, left, err := probe.wait(ctx, n, b.opt.drainLimit)
 	rate, err := b.drainRate(fmt.Sprintf("%s drain of %d", v.name, n), n, start, end, left, err)
 	if err != nil {

@@ -52,7 +52,7 @@ import (
 
 // liteProbes are the probes and end stamps in SQLite's form (probes in drain.go).
 var liteProbes = probes{
-	pending:           pendingProbe,
+	pending:           `SELECT 1 FROM outbox_events WHERE processed_at IS NULL AND failed_at IS NULL ORDER BY created_at LIMIT 1`,
 	pendingCount:      pendingCountSQL,
 	noopEnd:           `SELECT max(processed_at) FROM outbox_events`,
 	riverPending:      `SELECT 1 FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled', 'pending') LIMIT 1`,

@@ -144,16 +144,46 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		b.res.note("drains are timed by the database: from the clock_timestamp() read last in the transaction that commits the backlog (the system started and warmed up before it) to the last effect's stamp (processed_at / finalized_at for no-op work, billing_receipts.bench_at for a consumer)")
 		b.res.note("River defaults rows are information only (ratio \"info\"): its 100ms FetchCooldown caps it near 1,000 jobs/s; every River ratio is to River tuned (FetchCooldown 1ms)")
 	}
+	// The defaults cluster's sitting: the same rounds on a cluster of the
+	// program's own, interleaved with the usual one round by round, so that both
+	// see the same machine; its figures and notes join the one table, suffixed.
+	var dc *bench
+	if o.pgDefaults {
+		c, err := startDefaultsCluster(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.stop()
+		dc = &bench{}
+		*dc = *b
+		dc.res, dc.pairSQL = newResults(), nil
+		if dc.env, err = newEnv(ctx, c.url); err != nil {
+			return err
+		}
+		defer dc.env.close()
+		b.res.note("defaults cluster: rows suffixed %q ran on a throwaway PostgreSQL cluster of this program's own with initdb's defaults (autovacuum on), each round right after the same round on -db", defaultsSuffix)
+	}
 	b.res.note("latency percentiles are over every event offered: an event never applied (send skipped or failed, or not applied within -latency-grace) counts as beyond any latency, and a percentile that falls among them prints inf")
 	for round := 1; round <= o.rounds; round++ {
 		logf("round %d of %d", round, o.rounds)
 		if err := b.round(ctx); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
+		if dc != nil {
+			logf("round %d of %d on the defaults cluster", round, o.rounds)
+			if err := dc.round(ctx); err != nil {
+				return fmt.Errorf("round %d on the defaults cluster: %w", round, err)
+			}
+		}
 	}
 	if b.want("claim") {
 		if err := b.claimCost(ctx); err != nil {
 			return fmt.Errorf("claim cost: %w", err)
+		}
+		if dc != nil {
+			if err := dc.claimCost(ctx); err != nil {
+				return fmt.Errorf("claim cost on the defaults cluster: %w", err)
+			}
 		}
 	}
 	var m machine
@@ -164,8 +194,49 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	m.Relay = fmt.Sprintf("ClaimSize=%d Workers=%d Notify=%t PollInterval=%s HandlerTimeout=%s Lease=%s (labeling's configuration from this environment; -relay-set %q on the in-process relays only)",
 		cfg.ClaimSize, cfg.Workers, cfg.Notify, cfg.PollInterval, cfg.HandlerTimeout, cfg.Lease, o.relaySet)
-	writeReport(out, m, o, b.res, b.rows(), time.Since(began))
+	rows := b.rows()
+	if dc != nil {
+		dm := dc.env.machine(ctx)
+		var set []string
+		for _, kv := range dm.Settings {
+			set = append(set, kv[0]+"="+kv[1])
+		}
+		b.res.note("defaults cluster: PostgreSQL %s, %s", dm.DBVersion, strings.Join(set, ", "))
+		rows = append(rows, b.res.join(dc.res, dc.rows())...)
+	}
+	writeReport(out, m, o, b.res, rows, time.Since(began))
 	return nil
+}
+
+// defaultsSuffix ends the figure of every row measured on the defaults cluster.
+const defaultsSuffix = " (defaults cluster)"
+
+// join adds other's figures and notes to r under the key prefix "defaults/",
+// and returns rows, which read other, as rows that read them there, suffixed
+// defaultsSuffix.
+func (r *results) join(other *results, rows []row) []row {
+	const prefix = "defaults/"
+	other.mu.Lock()
+	for k, v := range other.vals {
+		for _, x := range v {
+			r.add(prefix+k, x)
+		}
+	}
+	notes := slices.Clone(other.notes)
+	other.mu.Unlock()
+	for _, n := range notes {
+		r.note("defaults cluster: %s", n)
+	}
+	out := make([]row, 0, len(rows))
+	for _, x := range rows {
+		x.Figure += defaultsSuffix
+		x.Project = prefix + x.Project
+		if x.Ref != "" {
+			x.Ref = prefix + x.Ref
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // round runs every wanted figure once, the systems alternating within it.
@@ -177,7 +248,7 @@ func (b *bench) round(ctx context.Context) error {
 	var steps []step
 	drains := func(prefix string, n int, analyzed bool) {
 		steps = append(steps, step{prefix + "/project", func() (float64, error) { return b.projectDrain(ctx, n, analyzed, nil) }})
-		for _, v := range riverVariants {
+		for _, v := range b.rivers() {
 			steps = append(steps, step{prefix + "/" + v.name, func() (float64, error) { return b.riverDrain(ctx, v, n, analyzed, false) }})
 		}
 	}
@@ -193,7 +264,7 @@ func (b *bench) round(ctx context.Context) error {
 	}
 	if b.want("consumer") {
 		steps = append(steps, step{"consumer/project", func() (float64, error) { return b.projectConsumerDrain(ctx, b.opt.consumerBacklog) }})
-		for _, v := range riverVariants {
+		for _, v := range b.rivers() {
 			steps = append(steps, step{"consumer/" + v.name, func() (float64, error) { return b.riverDrain(ctx, v, b.opt.consumerBacklog, false, true) }})
 		}
 		for _, c := range b.pgbenchClients() {
@@ -263,7 +334,7 @@ func (b *bench) round(ctx context.Context) error {
 
 func (b *bench) systems() []string {
 	s := []string{"project"}
-	for _, v := range riverVariants {
+	for _, v := range b.rivers() {
 		s = append(s, v.name)
 	}
 	return s
@@ -278,7 +349,7 @@ func (b *bench) latencyRound(ctx context.Context) error {
 		list := []sys{
 			{"project", func() (latency, error) { return b.projectLatency(ctx, rate) }},
 		}
-		for _, v := range riverVariants {
+		for _, v := range b.rivers() {
 			list = append(list, sys{v.name, func() (latency, error) { return b.riverLatency(ctx, v, rate) }})
 		}
 		list = append(list, sys{"project-http", func() (latency, error) { return b.httpLatency(ctx, rate, httpTransport) }})

@@ -93,6 +93,34 @@ func TestPlansStayOnIndexes(t *testing.T) {
 			exec(t, pg(db.Pool), `VACUUM ANALYZE outbox_events`)
 		}
 	}
+	// A million-row outbox, as the planner sees it: the states above, analyzed,
+	// then with the table's and its indexes' row counts in pg_class scaled up
+	// (the planner takes a table's rows as reltuples / relpages times its pages
+	// now), so that the plans are costed for millions of rows without writing
+	// them. Autovacuum is off for the table, which would otherwise overwrite
+	// the counts with the real ones.
+	for _, big := range []struct {
+		name    string
+		prepare func(t *testing.T, db *pgtest.DB)
+		factor  int
+	}{
+		{"analyzed as 1M settled rows and 500k pending", states["analyzed full"], 10},
+		{"vacuumed and analyzed as a backlog of 1M and no history", states["vacuumed and analyzed with a backlog of 100000 and no history"], 10},
+		{"vacuumed and analyzed as 2M settled rows and a backlog of 1M", states["vacuumed and analyzed full"], 20},
+	} {
+		states[big.name] = func(t *testing.T, db *pgtest.DB) {
+			exec(t, pg(db.Pool), `ALTER TABLE outbox_events SET (autovacuum_enabled = false)`)
+			big.prepare(t, db)
+			exec(t, pg(db.Pool), `ANALYZE outbox_events`)
+			exec(t, pg(db.Pool), `
+				UPDATE pg_class SET reltuples = reltuples * $1::int
+				WHERE oid = 'outbox_events'::regclass
+					OR oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'outbox_events'::regclass)`, big.factor)
+			var rows float64
+			require.NoError(t, db.Pool.QueryRow(ctxT(t), `SELECT reltuples FROM pg_class WHERE oid = 'outbox_events'::regclass`).Scan(&rows))
+			require.GreaterOrEqual(t, rows, 1e6, "the planner's row count of the table")
+		}
+	}
 	for state, prepare := range states {
 		t.Run(state, func(t *testing.T) {
 			t.Parallel()
