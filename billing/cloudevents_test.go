@@ -167,6 +167,12 @@ func TestCloudEventsInterop(t *testing.T) {
 				require.Empty(t, msg.Header.Get("Content-Type"), "sdk-go now marks structured mode: drop the note above")
 			}
 			msg.Header.Set(stream.SignatureHeader, stream.Sign([]byte(token), msg.Subject, ev.ID(), signed))
+			// An interest stream drops a message no durable is there to want:
+			// publish once billing's durable exists, as labeling's publisher does.
+			require.Eventually(t, func() bool {
+				_, err := p.js.Consumer(context.Background(), stream.Name, billing.Durable)
+				return err == nil
+			}, 15*time.Second, 20*time.Millisecond, "billing's durable exists")
 			for range 2 { // the second is absorbed by the stream's duplicate window
 				_, err = p.js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(ev.ID()))
 				require.NoError(t, err)
