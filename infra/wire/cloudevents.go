@@ -29,17 +29,6 @@ const (
 	FormatCloudEvents Format = "cloudevents"
 )
 
-// ParseFormat reads EVENTS_FORMAT's value; "" is FormatEnvelope.
-func ParseFormat(s string) (Format, error) {
-	switch Format(s) {
-	case "", FormatEnvelope:
-		return FormatEnvelope, nil
-	case FormatCloudEvents:
-		return FormatCloudEvents, nil
-	}
-	return "", fmt.Errorf("%q is not envelope or cloudevents", Clip(s, 64))
-}
-
 // CloudEvents 1.0 names this module writes and reads.
 const (
 	// SpecVersion is the ce-specversion this module writes and the only one it reads.
@@ -143,35 +132,22 @@ func Decode(s string) (string, error) {
 // carries it in Content-Type, which the caller checks). Other ce- headers,
 // extensions it does not know, are ignored.
 func ReadBinary(header func(name string) string, payload json.RawMessage) (Event, error) {
-	attr := func(name string) (string, error) {
-		v, err := Decode(header(HeaderPrefix + name))
-		if err != nil {
-			return "", fault.Errorf(fault.Invalid, "header %s%s: %v", HeaderPrefix, name, err)
-		}
-		if v == "" {
-			return "", fault.Errorf(fault.Invalid, "header %s%s is required", HeaderPrefix, name)
-		}
-		return v, nil
-	}
-	var s Structured
-	var err error
-	for _, f := range []struct {
+	s := Structured{Data: payload}
+	for _, a := range []struct {
 		name string
 		dst  **string
-	}{{"specversion", &s.SpecVersion}, {"id", &s.ID}, {"type", &s.Type}, {"source", &s.Source}, {"time", &s.Time}} {
-		v, aerr := attr(f.name)
-		if aerr != nil {
-			return Event{}, aerr
+	}{{"specversion", &s.SpecVersion}, {"id", &s.ID}, {"type", &s.Type}, {"source", &s.Source}, {"time", &s.Time},
+		{"datacontenttype", &s.DataContentType}} {
+		raw := header(HeaderPrefix + a.name)
+		if raw == "" {
+			continue // absent: event says which are required
 		}
-		*f.dst = &v
-	}
-	if ct := header(HeaderDataContentType); ct != "" {
-		if ct, err = Decode(ct); err != nil {
-			return Event{}, fault.Errorf(fault.Invalid, "header %s: %v", HeaderDataContentType, err)
+		v, err := Decode(raw)
+		if err != nil {
+			return Event{}, fault.Errorf(fault.Invalid, "header %s%s: %v", HeaderPrefix, a.name, err)
 		}
-		s.DataContentType = &ct
+		*a.dst = &v
 	}
-	s.Data = payload
 	return s.event("header " + HeaderPrefix)
 }
 
