@@ -373,10 +373,16 @@ func recorder(t *testing.T) (*httptest.Server, func() []captured) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
+	// Each caller gets its own copies: a test adds trace headers to the one it
+	// found while a parallel test reads the others.
 	return srv, func() []captured {
 		mu.Lock()
 		defer mu.Unlock()
-		return slices.Clone(got)
+		out := make([]captured, len(got))
+		for i, c := range got {
+			out[i] = captured{c.header.Clone(), c.body}
+		}
+		return out
 	}
 }
 
