@@ -11,10 +11,11 @@
 # first of three loopback ports (labeling, billing, the stand-in), so that two
 # sittings on one host do not share them. HOP2_ENV (e.g. "OUTBOX_WORKERS=80
 # OUTBOX_CLAIM_SIZE=80") is set for billing's phase B only: its relay's settings.
+# PG (default: the local server on 5432) is the server whose databases it uses.
 set -u
 N=${N:-5000}; ROUNDS=${ROUNDS:-3}; BIN=${BIN:?go build -o DIR ./cmd/labeling ./cmd/billing ./cmd/provider, then BIN=DIR}
 PREFIX=${PREFIX:-hop}; PORT=${PORT:-18180}; LP=$PORT; BP=$((PORT+1)); PP=$((PORT+2))
-PG=postgres://postgres@127.0.0.1:5432
+PG=${PG:-postgres://postgres@127.0.0.1:5432}
 SECRET=whsec_ZGV2LXByb3ZpZGVyLXNlY3JldC1jaGFuZ2UtbWUhISE=
 export EVENTS_TOKEN=bench-token AUTH_DISABLED=true
 waitq() { # db sql want
