@@ -82,8 +82,8 @@ func tablesWith(t *testing.T, file string, cols ...string) []contractTable {
 }
 
 // varDocs are the files whose variable tables must match infra/config: the
-// contract, and the configuration page (once the README's Configuration section).
-var varDocs = []string{contractFile, configurationPage}
+// contract alone holds the table; docs/configuration.md links to it.
+var varDocs = []string{contractFile}
 
 var backticked = regexp.MustCompile("`([^`]*)`")
 
@@ -94,12 +94,11 @@ type documentedVar struct {
 	defaults map[string]string // by service; absent when the doc states none
 }
 
-// documentedVars reads every `| variable | who | default | ...` table of file
-// (the configuration page calls the second column "service").
+// documentedVars reads every `| variable | who | default | ...` table of file.
 func documentedVars(t *testing.T, file string) []documentedVar {
 	t.Helper()
 	var vars []documentedVar
-	for _, tb := range tablesWith(t, file, "variable", "who|service", "default") {
+	for _, tb := range tablesWith(t, file, "variable", "who", "default") {
 		for _, row := range tb.rows {
 			names := backticked.FindAllStringSubmatch(row[0], -1)
 			require.Len(t, names, 1, "%s: one variable a row, got %q", file, row[0])
@@ -141,9 +140,8 @@ func documentedVars(t *testing.T, file string) []documentedVar {
 	return vars
 }
 
-// The variables the contract lists, and those of the configuration page's
-// table, are exactly the variables each service reads (config.LabelingVars,
-// config.BillingVars), with the same services.
+// The variables the contract lists are exactly the variables each service
+// reads (config.LabelingVars, config.BillingVars), with the same services.
 func TestContractVariables(t *testing.T) {
 	t.Parallel()
 	for _, file := range varDocs {
@@ -166,7 +164,7 @@ func TestContractVariables(t *testing.T) {
 	}
 }
 
-// Every default the contract (or the configuration page) states is the one the code applies:
+// Every default the contract states is the one the code applies:
 // setting the variable to its documented default loads the same configuration as
 // leaving it unset.
 func TestContractDefaults(t *testing.T) {
