@@ -23,8 +23,9 @@ const (
 // Service holds the use cases. Each owns its transaction; a state change commits
 // with its outbox event or not at all.
 type Service struct {
-	db     sqldb.DB
-	run    runner
+	// inTx runs a use case's fn in a transaction of the database's dialect,
+	// handing it the Store built on that transaction.
+	inTx   runner
 	nudger outbox.Nudger
 }
 
@@ -34,7 +35,7 @@ type Service struct {
 // or a test's counter). routes are the further subscribers (fan-out): each
 // event is appended once for billing and once for every route of its type.
 func NewService(db sqldb.DB, nudger outbox.Nudger, routes ...outbox.Route) *Service {
-	return &Service{db: db, run: database.Pick(db, dialects(routes)), nudger: nudger}
+	return &Service{inTx: database.Pick(db, dialects(routes)), nudger: nudger}
 }
 
 // Create stores org's new rule n. created is true when this call stored it; when
@@ -43,7 +44,7 @@ func NewService(db sqldb.DB, nudger outbox.Nudger, routes ...outbox.Route) *Serv
 // fault.Conflict whose reason is "rule_id_conflict".
 func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, created bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx rulesTx) error {
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx Store) error {
 		rule, created, err = tx.Insert(ctx, Rule{
 			ID: n.ID, OrgID: org, Name: n.Name, Pattern: n.Pattern, Label: n.Label,
 			CreatedAt: now, UpdatedAt: now,
@@ -77,7 +78,7 @@ func (s *Service) Create(ctx context.Context, org OrgID, n NewRule) (rule Rule, 
 
 // Get returns org's rule id; fault.NotFound when absent or another org's.
 func (s *Service) Get(ctx context.Context, org OrgID, id RuleID) (rule Rule, err error) {
-	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx rulesTx) error {
+	err = s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx Store) error {
 		rule, err = tx.Get(ctx, org, id)
 		return err
 	})
@@ -102,7 +103,7 @@ func (s *Service) List(ctx context.Context, org OrgID, after *RuleID, limit int)
 		from = after.UUID()
 	}
 	var rules []Rule
-	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx rulesTx) error {
+	err := s.inTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx Store) error {
 		var err error
 		// One row more than asked tells whether a next page exists, so a client
 		// never fetches an empty last page.
@@ -154,7 +155,7 @@ func (s *Service) Deactivate(ctx context.Context, org OrgID, id RuleID) (Rule, e
 
 func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bool) (rule Rule, changed bool, err error) {
 	now := time.Now().UnixMilli()
-	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx rulesTx) error {
+	err = s.inTx(ctx, sqldb.TxOptions{}, func(tx Store) error {
 		rule, changed, err = tx.SetActive(ctx, org, id, active, now)
 		if err != nil {
 			return err
@@ -178,24 +179,6 @@ func (s *Service) setActive(ctx context.Context, org OrgID, id RuleID, active bo
 		stateChanges.WithLabelValues(stateName(active)).Inc()
 	}
 	return rule, changed, nil
-}
-
-// inTx runs fn in a transaction and classifies what failed: a *fault.Error from fn
-// passes through, an unreachable database is Unavailable (503, the client retries),
-// anything else is Internal.
-func (s *Service) inTx(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error {
-	err := s.run(ctx, opts, fn)
-	var fe *fault.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &fe):
-		return err
-	case s.db.Unavailable(err):
-		return fault.Wrap(fault.Unavailable, err, "database unavailable")
-	default:
-		return fault.Wrap(fault.Internal, err, "internal error")
-	}
 }
 
 func stateName(active bool) string {

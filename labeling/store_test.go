@@ -29,15 +29,21 @@ func TestStoreConformance(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, d sqldb.Dialect) {
 		db := dbtest.New(t, d, migrations.Labeling)
 		database.Pick(db.DB, database.Dialects[bool]{
-			Postgres: func(pg *postgres.DB) bool { return rulesConformance(t, pg, NewPostgresStore()) },
-			SQLite:   func(lite *sqlite.DB) bool { return rulesConformance(t, lite, NewSQLiteStore()) },
+			// No outbox store: the table runs the rules' statements, and Append
+			// is outbox.Append's (infra/outbox's table).
+			Postgres: func(pg *postgres.DB) bool {
+				return rulesConformance(t, pg, func(tx postgres.Tx) Store { return NewPostgresStore(tx, nil) })
+			},
+			SQLite: func(lite *sqlite.DB) bool {
+				return rulesConformance(t, lite, func(tx sqlite.Tx) Store { return NewSQLiteStore(tx, nil) })
+			},
 		})
 	})
 }
 
-// rulesConformance runs the cases on store over db; each case has orgs of its
-// own, so they share the database.
-func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store Store[TX]) bool {
+// rulesConformance runs the cases on the stores store builds on db's
+// transactions; each case has orgs of its own, so they share the database.
+func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store func(TX) Store) bool {
 	ctx := context.Background()
 	in := func(t *testing.T, fn func(tx TX) error) {
 		t.Helper()
@@ -52,20 +58,20 @@ func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store Store
 		a := org()
 		r := newRule(a, 1000)
 		in(t, func(tx TX) error {
-			stored, created, err := store.Insert(ctx, tx, r)
+			stored, created, err := store(tx).Insert(ctx, r)
 			require.NoError(t, err)
 			require.True(t, created)
 			require.Equal(t, r, stored)
 			other := r
 			other.OrgID, other.Name = org(), "other"
-			_, created, err = store.Insert(ctx, tx, other)
+			_, created, err = store(tx).Insert(ctx, other)
 			require.NoError(t, err)
 			require.False(t, created)
-			got, found, err := store.ByID(ctx, tx, r.ID)
+			got, found, err := store(tx).ByID(ctx, r.ID)
 			require.NoError(t, err)
 			require.True(t, found)
 			require.Equal(t, r, got, "the first insert's row, whatever the org ByID is asked from")
-			_, found, err = store.ByID(ctx, tx, RuleID{uuid.New()})
+			_, found, err = store(tx).ByID(ctx, RuleID{uuid.New()})
 			require.NoError(t, err)
 			require.False(t, found)
 			return nil
@@ -76,13 +82,13 @@ func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store Store
 		r := newRule(org(), 1000)
 		rolledBack := errors.New("roll back")
 		err := db.InTx(ctx, sqldb.TxOptions{}, func(tx TX) error {
-			_, _, err := store.Insert(ctx, tx, r)
+			_, _, err := store(tx).Insert(ctx, r)
 			require.NoError(t, err)
 			return rolledBack
 		})
 		require.ErrorIs(t, err, rolledBack)
 		in(t, func(tx TX) error {
-			_, found, err := store.ByID(ctx, tx, r.ID)
+			_, found, err := store(tx).ByID(ctx, r.ID)
 			require.NoError(t, err)
 			require.False(t, found)
 			return nil
@@ -93,18 +99,18 @@ func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store Store
 		a, b := org(), org()
 		r := newRule(a, 1000)
 		in(t, func(tx TX) error {
-			_, _, err := store.Insert(ctx, tx, r)
+			_, _, err := store(tx).Insert(ctx, r)
 			return err
 		})
 		require.NoError(t, db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx TX) error {
-			got, err := store.Get(ctx, tx, a, r.ID)
+			got, err := store(tx).Get(ctx, a, r.ID)
 			require.NoError(t, err)
 			require.Equal(t, r, got)
 			for _, miss := range []struct {
 				org OrgID
 				id  RuleID
 			}{{b, r.ID}, {a, RuleID{uuid.New()}}} {
-				_, err = store.Get(ctx, tx, miss.org, miss.id)
+				_, err = store(tx).Get(ctx, miss.org, miss.id)
 				require.ErrorIs(t, err, ErrRuleNotFound)
 				require.Equal(t, fault.NotFound, fault.CodeOf(err))
 			}
@@ -118,22 +124,22 @@ func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store Store
 		in(t, func(tx TX) error {
 			for range 5 {
 				r := newRule(a, 1000)
-				_, _, err := store.Insert(ctx, tx, r)
+				_, _, err := store(tx).Insert(ctx, r)
 				require.NoError(t, err)
 				want = append(want, r)
 			}
-			_, _, err := store.Insert(ctx, tx, newRule(org(), 1000)) // another org's
+			_, _, err := store(tx).Insert(ctx, newRule(org(), 1000)) // another org's
 			return err
 		})
 		sortRules(want)
 		require.NoError(t, db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx TX) error {
-			all, err := store.List(ctx, tx, a, uuid.Nil, 10)
+			all, err := store(tx).List(ctx, a, uuid.Nil, 10)
 			require.NoError(t, err)
 			require.Equal(t, want, all)
-			page, err := store.List(ctx, tx, a, want[1].ID.UUID(), 2)
+			page, err := store(tx).List(ctx, a, want[1].ID.UUID(), 2)
 			require.NoError(t, err)
 			require.Equal(t, want[2:4], page)
-			none, err := store.List(ctx, tx, a, want[4].ID.UUID(), 2)
+			none, err := store(tx).List(ctx, a, want[4].ID.UUID(), 2)
 			require.NoError(t, err)
 			require.Empty(t, none)
 			return nil
@@ -144,20 +150,20 @@ func rulesConformance[TX any](t *testing.T, db sqldb.Transactor[TX], store Store
 		a := org()
 		r := newRule(a, 5000)
 		in(t, func(tx TX) error {
-			_, _, err := store.Insert(ctx, tx, r)
+			_, _, err := store(tx).Insert(ctx, r)
 			require.NoError(t, err)
-			got, changed, err := store.SetActive(ctx, tx, a, r.ID, true, 1000) // a clock behind the row's
+			got, changed, err := store(tx).SetActive(ctx, a, r.ID, true, 1000) // a clock behind the row's
 			require.NoError(t, err)
 			require.True(t, changed)
 			require.True(t, got.Active)
 			require.EqualValues(t, 5000, got.UpdatedAt, "updated_at never goes back")
-			_, changed, err = store.SetActive(ctx, tx, a, r.ID, true, 9000)
+			_, changed, err = store(tx).SetActive(ctx, a, r.ID, true, 9000)
 			require.NoError(t, err)
 			require.False(t, changed, "already active: nothing changes")
-			_, changed, err = store.SetActive(ctx, tx, org(), r.ID, false, 9000)
+			_, changed, err = store(tx).SetActive(ctx, org(), r.ID, false, 9000)
 			require.NoError(t, err)
 			require.False(t, changed, "another org's rule is not changed")
-			got, changed, err = store.SetActive(ctx, tx, a, r.ID, false, 9000)
+			got, changed, err = store(tx).SetActive(ctx, a, r.ID, false, 9000)
 			require.NoError(t, err)
 			require.True(t, changed)
 			require.False(t, got.Active)
@@ -185,10 +191,9 @@ func TestSQLiteStoreStatementsKeepTheTransactionDeadline(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.NoError(t, sqlite.Migrate(ctx, db, migrations.Labeling.SQLite, migrations.Labeling.Table, nil))
-	store := NewSQLiteStore()
 	err = db.InTx(ctx, sqldb.TxOptions{ReadOnly: true}, func(tx sqlite.Tx) error {
 		time.Sleep(200 * time.Millisecond) // past the bound: database/sql has rolled the transaction back
-		_, err := store.Get(context.Background(), tx, OrgID{uuid.New()}, RuleID{uuid.New()})
+		_, err := NewSQLiteStore(tx, nil).Get(context.Background(), OrgID{uuid.New()}, RuleID{uuid.New()})
 		return err
 	})
 	require.ErrorIs(t, err, context.DeadlineExceeded)

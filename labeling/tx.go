@@ -2,83 +2,60 @@ package labeling
 
 import (
 	"context"
-
-	"github.com/google/uuid"
+	"errors"
 
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/fault"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 )
 
-// The use cases' transactions, in River's shape: each dialect's stores are
-// bound once (NewService, through database.Pick) to that dialect's executor,
-// and a transaction hands the use case its statements already bound to it. So
-// the use cases name no dialect, and a store cannot be handed a transaction of
-// another dialect: the binding is generic in TX, checked when it compiles.
+// The use cases' transactions, in River's shape: the dialect is picked once
+// (NewService, through database.Pick), and each transaction hands the use
+// case a Store built on that transaction's executor, whose methods run their
+// SQL there. So the use cases name no dialect, and a store cannot be built on
+// a transaction of another dialect: the constructors take the dialect's Tx,
+// checked when it compiles.
 
-// dialects are the use cases' statements per dialect; the outbox's append
+// dialects are the use cases' transactions per dialect; the outbox's append
 // fans each event out to routes (none: billing's row alone).
 func dialects(routes []outbox.Route) database.Dialects[runner] {
 	fanout := outbox.WithRoutes(routes...)
 	return database.Dialects[runner]{
 		Postgres: func(db *postgres.DB) runner {
-			return bind(db, NewPostgresStore(), outbox.NewPostgresStore(db.Pool, fanout))
+			events := outbox.NewPostgresStore(db.Pool, fanout)
+			return transactions(db, func(tx postgres.Tx) Store { return NewPostgresStore(tx, events) })
 		},
-		SQLite: func(db *sqlite.DB) runner { return bind(db, NewSQLiteStore(), outbox.NewSQLiteStore(db, fanout)) },
+		SQLite: func(db *sqlite.DB) runner {
+			events := outbox.NewSQLiteStore(db, fanout)
+			return transactions(db, func(tx sqlite.Tx) Store { return NewSQLiteStore(tx, events) })
+		},
 	}
 }
 
-// rulesTx is the statements of one use case's transaction, bound to its
-// executor: the rules store's and the outbox's append. Being bound, the use
-// cases are written once, without naming a dialect or handling a transaction.
-type rulesTx interface {
-	Insert(ctx context.Context, r Rule) (Rule, bool, error)
-	ByID(ctx context.Context, id RuleID) (Rule, bool, error)
-	Get(ctx context.Context, org OrgID, id RuleID) (Rule, error)
-	List(ctx context.Context, org OrgID, after uuid.UUID, limit int) ([]Rule, error)
-	SetActive(ctx context.Context, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error)
-	Append(ctx context.Context, event outbox.Event) (uuid.UUID, error)
-}
+// runner runs fn in a transaction (sqldb.Transactor.InTx) with the Store
+// built on it, and classifies what failed: a *fault.Error from fn passes
+// through, an unreachable database is Unavailable (503, the client retries),
+// anything else is Internal.
+type runner func(ctx context.Context, opts sqldb.TxOptions, fn func(Store) error) error
 
-// runner runs fn in a transaction (sqldb.Transactor.InTx) with its statements.
-type runner func(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error
-
-// bind is the runner of one dialect: the only place its TX is named.
-func bind[TX any](db sqldb.Transactor[TX], store Store[TX], events outbox.Appender[TX]) runner {
-	return func(ctx context.Context, opts sqldb.TxOptions, fn func(rulesTx) error) error {
-		return db.InTx(ctx, opts, func(tx TX) error { return fn(bound[TX]{tx: tx, store: store, events: events}) })
+// transactions is the runner of db, whose transactions get the Store that
+// store builds: the only place the dialect's TX is named.
+func transactions[TX any](db sqldb.Transactor[TX], store func(TX) Store) runner {
+	return func(ctx context.Context, opts sqldb.TxOptions, fn func(Store) error) error {
+		err := db.InTx(ctx, opts, func(tx TX) error { return fn(store(tx)) })
+		var fe *fault.Error
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &fe):
+			return err
+		case db.Unavailable(err):
+			return fault.Wrap(fault.Unavailable, err, "database unavailable")
+		default:
+			return fault.Wrap(fault.Internal, err, "internal error")
+		}
 	}
-}
-
-// bound is rulesTx on one transaction of the dialect TX.
-type bound[TX any] struct {
-	tx     TX
-	store  Store[TX]
-	events outbox.Appender[TX]
-}
-
-func (b bound[TX]) Insert(ctx context.Context, r Rule) (Rule, bool, error) {
-	return b.store.Insert(ctx, b.tx, r)
-}
-
-func (b bound[TX]) ByID(ctx context.Context, id RuleID) (Rule, bool, error) {
-	return b.store.ByID(ctx, b.tx, id)
-}
-
-func (b bound[TX]) Get(ctx context.Context, org OrgID, id RuleID) (Rule, error) {
-	return b.store.Get(ctx, b.tx, org, id)
-}
-
-func (b bound[TX]) List(ctx context.Context, org OrgID, after uuid.UUID, limit int) ([]Rule, error) {
-	return b.store.List(ctx, b.tx, org, after, limit)
-}
-
-func (b bound[TX]) SetActive(ctx context.Context, org OrgID, id RuleID, active bool, now int64) (Rule, bool, error) {
-	return b.store.SetActive(ctx, b.tx, org, id, active, now)
-}
-
-func (b bound[TX]) Append(ctx context.Context, event outbox.Event) (uuid.UUID, error) {
-	return outbox.Append(ctx, b.events, b.tx, event)
 }

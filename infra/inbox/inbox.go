@@ -107,6 +107,11 @@ func Handle[P, V any](typ string, decode func(P) (V, error)) Handler[V] {
 	return Handler[V]{typ: typ, decode: func(raw json.RawMessage) (V, error) {
 		var p P
 		var zero V
+		// A second pass over the payload, after the envelope's: P is known
+		// only from the envelope's type, which may follow the payload, and a
+		// payload's fault is answered only after the envelope's, the
+		// Idempotency-Key's, the age's and the type's (an unhandled type is a
+		// 501 whatever its payload), in the order Deliver and Decode check.
 		if err := jsonv2.Unmarshal(raw, &p); err != nil {
 			return zero, fault.Errorf(fault.Invalid, "payload of %s: %s", typ, decodeProblem(err))
 		}

@@ -120,6 +120,9 @@ func Subscribe[E Event](fn func(ctx context.Context, m Message, event E) error) 
 		Tag: zero.EventTag(),
 		Handle: func(ctx context.Context, m Message) error {
 			var e E
+			// The relay holds only the row's bytes (Append's value ended with
+			// its transaction, perhaps in another process), so checking them
+			// means decoding them.
 			if err := json.Unmarshal(m.Payload, &e); err != nil {
 				return Permanent(fmt.Errorf("decode %s payload: %w", m.Tag, err))
 			}

@@ -43,7 +43,10 @@ func New(id uuid.UUID, typ string, occurredAt int64, payload json.RawMessage) En
 	return Envelope{ID: &s, Type: &typ, OccurredAt: &occurredAt, Payload: payload}
 }
 
-// Encode is the envelope's JSON, the body both transports carry.
+// Encode is the envelope's JSON, the body both transports carry. Marshal
+// re-reads the payload, compacting it: PostgreSQL's jsonb hands a row's
+// payload back re-spaced, and the body's bytes are what a consumer reads and
+// a NATS signature covers.
 func (env Envelope) Encode() ([]byte, error) { return json.Marshal(env) }
 
 // Header checks the fields every delivery must have, whatever its type, and
