@@ -2,7 +2,7 @@
 // would pick instead) and beside pgbench running the same transactions, in one
 // run of interleaved rounds, and prints the medians in one table. It creates its
 // own databases on the -db server and drops them at the end (also on Ctrl-C).
-// BENCHMARKS.md at the repository root explains every figure.
+// bench/README.md explains every figure; BENCHMARKS.md holds the current ones.
 //
 //	cd bench && go run . -rounds 3
 //

@@ -5,7 +5,7 @@
 // at once), publishers that keep many unacked (async), and with a consumer-
 // info read after each ack as labeling's check of the durables made before
 // issue 36. It is the ceiling the project's NATS drain cannot pass whatever
-// its clients do (BENCHMARKS.md, 2026-12-04).
+// its clients do (bench/results/2026-12-04.md).
 //
 //	cd bench && go run ./natsfsync -nats-server /tmp/nats-server-2.12 -drain -publishers 40
 package main

@@ -14,7 +14,7 @@ import (
 // inbox's receipts) is formatted as text and parsed back, and every id read
 // is a string handed to Scan: about 14 times the work of the 16 bytes (a
 // uuid[] of 40 ids through pgtype.Map.Encode), and 4 to 5 % of each
-// service's CPU in the consumer drain (BENCHMARKS.md, "The consumer's
+// service's CPU in the consumer drain (bench/results/2026-12-04.md, "The consumer's
 // limit"). The values sent and read are the same; only the work differs.
 // OpenBounded registers it on every connection of its pools (the relay's own
 // pool copies that), and a test that opens a connection its own way may call

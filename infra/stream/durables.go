@@ -18,7 +18,7 @@ type durableRead struct {
 // durableReads shares the reads of the durables that confirm makes after each
 // publish ack among the publishes in flight. A read per ack costs the server a
 // consumer-info request per message, which on a busy host takes more of it
-// than the publish itself (BENCHMARKS.md, 2026-12-04). What confirm needs of
+// than the publish itself (bench/results/2026-12-04.md). What confirm needs of
 // a read is only that it began after its own ack (the durable it reads then
 // existed from its creation until after the message was stored), and any read
 // that begins later serves every ack received before it as well. So a call

@@ -75,7 +75,7 @@ func Unmarshal(raw []byte, v any) error {
 	// string can hold NUL only as the escape \u0000 (a raw control byte is
 	// invalid JSON, which the unmarshal refuses), so a body without that escape
 	// takes one pass, not two: the consumer drain's profile put the second at a
-	// third of the decoding (BENCHMARKS.md, "The consumer's limit").
+	// third of the decoding (bench/results/2026-12-04.md, "The consumer's limit").
 	if bytes.Contains(raw, nulEscape) {
 		if err := refuseNUL(raw); err != nil {
 			return err
