@@ -132,8 +132,8 @@ func TestRecipes(t *testing.T) {
 				logTails(t, clone)
 				t.Fatalf("%s: the %s recipe did not end with walkthrough: ok (%s):\n%s", r.file, r.name, state, p.Output.String())
 			}
-			t.Logf("%s: walkthrough: ok %.1f minutes after the recipe began, %.1f after the copy of the repository",
-				r.name, time.Since(began).Minutes(), time.Since(copied).Minutes())
+			t.Logf("%s: walkthrough: ok %s after the recipe began, %s after the copy of the repository",
+				r.name, time.Since(began).Round(time.Second), time.Since(copied).Round(time.Second))
 			requireGroupGone(t, p.Pid(), time.Minute)
 		}) {
 			return // the next recipe would stumble on what this one left
