@@ -119,10 +119,9 @@ func ranInside(ran map[string]string, cmd string) bool {
 const needsDocker = "needs Docker: run by deploy/smoke.sh in the GitHub workflow"
 
 // unrunCommands are the commands of the docs that no test or script here runs
-// as written, each with the reason: they need Docker, or they would take the
-// fixed ports 8080/8081 or create databases on a shared server, and a test runs
-// their equivalent instead. Keep it short: every entry is a command that can
-// drift.
+// as written, each with the reason: they need Docker, or they would take a
+// fixed port, and a test runs their equivalent instead. Keep it short: every
+// entry is a command that can drift.
 var unrunCommands = map[string]string{
 	"docker compose up": needsDocker,
 	// The stand-in provider on its fixed port 8082 and ./data: cmd/provider's
@@ -201,8 +200,8 @@ func words(cmd string) (env map[string]string, args []string) {
 
 // Every command in a ```sh or ```bash block of README.md and docs/ is run as
 // written by a script or test: a line of the walk-through, .ci/run,
-// deploy/smoke.sh, the workflow or a recipe (TestRecipes); a go test invocation whose packages and
-// tests exist; or a labeling or billing command as a fresh clone runs it
+// deploy/smoke.sh, the workflow or a recipe (TestRecipes); a go test
+// invocation whose packages and tests exist; or a labeling or billing command as a fresh clone runs it
 // (`go run ./cmd/labeling …`, or `bin/labeling …` after the page's build step),
 // which TestDocsBinaryCommands runs. The few that cannot run here are in
 // unrunCommands with the reason. A new command in the docs that none of these
