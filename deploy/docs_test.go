@@ -87,6 +87,9 @@ func ranCommands(t *testing.T) map[string]string {
 	}
 	add(read(t, walkthroughScript), "TestWalkthrough")
 	out["bash "+walkthroughScript] = "TestWalkthrough" // from the root, as the test runs it
+	for _, r := range docRecipes(t) {
+		add(r.script, ranByRecipes)
+	}
 	add(read(t, ".ci/run"), ".ci/run")
 	add(read(t, "deploy/smoke.sh"), "deploy/smoke.sh, in the GitHub workflow")
 	for _, runs := range workflowRuns(t) {
@@ -96,6 +99,9 @@ func ranCommands(t *testing.T) map[string]string {
 	}
 	return out
 }
+
+// ranByRecipes is what runs the recipes' commands: the whole block, verbatim.
+const ranByRecipes = "TestRecipes"
 
 // ranInside says whether cmd runs as a command substitution, $(cmd), in a
 // line that runs (a script that checks a step's answer captures it so).
@@ -113,23 +119,11 @@ func ranInside(ran map[string]string, cmd string) bool {
 const needsDocker = "needs Docker: run by deploy/smoke.sh in the GitHub workflow"
 
 // unrunCommands are the commands of the docs that no test or script here runs
-// as written, each with the reason: they need Docker, or they would take the
-// fixed ports 8080/8081 or create databases on a shared server, and a test runs
-// their equivalent instead. Keep it short: every entry is a command that can
-// drift.
+// as written, each with the reason: they need Docker, or they would take a
+// fixed port, and a test runs their equivalent instead. Keep it short: every
+// entry is a command that can drift.
 var unrunCommands = map[string]string{
 	"docker compose up": needsDocker,
-	// The no-install command takes the fixed ports 8080, 8081 and 8082 and ./data;
-	// TestWalkthrough starts the same binaries with the variables it exports
-	// (noInstallEnv), on free ports.
-	`(export EVENTS_TOKEN=dev-token AUTH_DISABLED=true PROVIDER_URL=http://127.0.0.1:8082/webhook PROVIDER_SECRET=whsec_ZGV2LXByb3ZpZGVyLXNlY3JldC1jaGFuZ2UtbWUhISE=; trap 'kill 0' TERM; go run ./cmd/provider > provider.log 2>&1 & go run ./cmd/billing > billing.log 2>&1 & go run ./cmd/labeling > labeling.log 2>&1 & wait) &`: "fixed ports and ./data: TestWalkthrough starts the pair with its variables",
-	// The PostgreSQL path without Docker creates databases on the reader's
-	// server and takes the fixed ports; TestWalkthrough/postgres runs the same
-	// binaries and walk-through on fresh PostgreSQL databases.
-	"createdb -h 127.0.0.1 -U postgres labeling": "creates a database on your server: TestWalkthrough/postgres",
-	"createdb -h 127.0.0.1 -U postgres billing":  "creates a database on your server: TestWalkthrough/postgres",
-	`(export EVENTS_TOKEN=dev-token AUTH_DISABLED=true; trap 'kill 0' TERM; DATABASE_URL='postgres://postgres@127.0.0.1:5432/billing?sslmode=disable' go run ./cmd/billing > billing-postgres.log 2>&1 & DATABASE_URL='postgres://postgres@127.0.0.1:5432/labeling?sslmode=disable' go run ./cmd/labeling > labeling-postgres.log 2>&1 & wait) &`: "fixed ports 8080 and 8081: TestWalkthrough/postgres",
-	"kill $!": "stops the pair the line before the walk-through started: TestWalkthrough/postgres stops its own",
 	// The stand-in provider on its fixed port 8082 and ./data: cmd/provider's
 	// TestStandIn starts the same binary with the same kind of secret on a
 	// free port.
@@ -206,8 +200,8 @@ func words(cmd string) (env map[string]string, args []string) {
 
 // Every command in a ```sh or ```bash block of README.md and docs/ is run as
 // written by a script or test: a line of the walk-through, .ci/run,
-// deploy/smoke.sh or the workflow; a go test invocation whose packages and
-// tests exist; or a labeling or billing command as a fresh clone runs it
+// deploy/smoke.sh, the workflow or a recipe (TestRecipes); a go test
+// invocation whose packages and tests exist; or a labeling or billing command as a fresh clone runs it
 // (`go run ./cmd/labeling …`, or `bin/labeling …` after the page's build step),
 // which TestDocsBinaryCommands runs. The few that cannot run here are in
 // unrunCommands with the reason. A new command in the docs that none of these
@@ -314,11 +308,12 @@ func TestDocsBinaryCommands(t *testing.T) {
 	t.Parallel()
 	bins := builtBinaries(t)
 	ran := 0
+	recipes := ranCommands(t)
 	for _, c := range docCommands(t) {
 		assigns, words := words(c.cmd)
 		name, args, _, ok := binaryCommand(c, words)
-		if !ok {
-			continue
+		if !ok || recipes[c.cmd] == ranByRecipes {
+			continue // a recipe's line runs in its recipe, which TestRecipes runs whole
 		}
 		ran++
 		t.Run(c.cmd, func(t *testing.T) {

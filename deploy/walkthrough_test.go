@@ -24,43 +24,58 @@ func TestMain(m *testing.M) { os.Exit(proctest.Run(m)) }
 
 const walkthroughScript = "docs/walkthrough.sh"
 
-// walkthroughBlock matches the README's copy of the script, between its markers.
-var walkthroughBlock = regexp.MustCompile("(?s)<!-- walkthrough: " + regexp.QuoteMeta(walkthroughScript) +
-	"[^>]*-->\n```bash\n(.*?)```\n<!-- /walkthrough -->")
-
-// The README shows the walk-through script itself, so what a reader copies is
-// what the test below runs.
-func TestWalkthroughInREADME(t *testing.T) {
+// The README links the walk-through rather than showing it (a reader runs the
+// file; TestWalkthrough and TestRecipes run the same file), and shows the
+// no-install recipe that runs it, which TestRecipes runs verbatim.
+func TestREADMELinksTheWalkthrough(t *testing.T) {
 	t.Parallel()
-	m := walkthroughBlock.FindAllStringSubmatch(read(t, "README.md"), -1)
-	require.Len(t, m, 1, "README.md shows %s once, between its markers", walkthroughScript)
-	require.Equal(t, read(t, walkthroughScript), m[0][1], "README.md's walk-through differs from %s: copy the file into the block", walkthroughScript)
+	readme := read(t, "README.md")
+	require.Contains(t, readme, "]("+walkthroughScript+")", "README.md links %s", walkthroughScript)
+	require.NotContains(t, readme, "<!-- walkthrough:", "README.md links %s rather than showing a copy", walkthroughScript)
+	require.NotContains(t, readme, "set -euo pipefail", "README.md links %s rather than showing a copy", walkthroughScript)
+	r := docRecipe(t, "no-install")
+	require.Equal(t, "README.md", r.file, "the no-install recipe is the README's")
+	require.Contains(t, shellCommands(r.script), "bash "+walkthroughScript+" provider.log billing.log labeling.log",
+		"the README's recipe runs the walk-through, naming the logs it writes")
 }
 
-// noInstallEnv is the environment the README's no-install command exports to
-// both services (EVENTS_TOKEN, AUTH_DISABLED): the test runs them with it, so
-// that command and the test start the pair alike.
+// noInstallEnv is what the README's no-install recipe gives the services
+// (EVENTS_TOKEN, AUTH_DISABLED, PROVIDER_SECRET exported; PROVIDER_URL on
+// billing's line), its port variables at their defaults: TestWalkthrough
+// starts the pair with it, so the recipe and the test start it alike.
 func noInstallEnv(t *testing.T) map[string]string {
 	t.Helper()
-	for _, block := range fencedBlocks(read(t, "README.md")) {
-		for _, c := range shellCommands(block.body) {
-			if !strings.Contains(c, "go run ./cmd/billing") {
-				continue
+	env := map[string]string{}
+	expand := func(v string) string {
+		return os.Expand(v, func(name string) string {
+			if k, def, ok := strings.Cut(name, ":-"); ok {
+				if got, set := env[k]; set {
+					return got
+				}
+				return def
 			}
-			m := regexp.MustCompile(`\(export ([^;]+);`).FindStringSubmatch(c)
-			require.NotNil(t, m, "the no-install command starts with (export NAME=value ...;")
-			env := map[string]string{}
-			for _, kv := range strings.Fields(m[1]) {
+			return env[name]
+		})
+	}
+	billing := false
+	for _, c := range shellCommands(docRecipe(t, "no-install").script) {
+		assigns, args := words(c)
+		switch {
+		case len(args) > 1 && args[0] == "export":
+			for _, kv := range args[1:] {
 				k, v, ok := strings.Cut(kv, "=")
 				require.True(t, ok, "%q is not NAME=value", kv)
-				env[k] = v
+				env[k] = expand(v)
 			}
-			require.Equal(t, "true", env["AUTH_DISABLED"], "the no-install command turns authentication off, as the walk-through expects")
-			return env
+		case len(args) > 0 && args[0] == "bin/billing":
+			billing = true
+			require.Contains(t, assigns, "PROVIDER_URL", "billing calls the provider")
+			env["PROVIDER_URL"] = expand(assigns["PROVIDER_URL"])
 		}
 	}
-	t.Fatal("README.md has no no-install command (go run ./cmd/billing)")
-	return nil
+	require.True(t, billing, "the no-install recipe starts bin/billing")
+	require.Equal(t, "true", env["AUTH_DISABLED"], "the no-install recipe turns authentication off, as the walk-through expects")
+	return env
 }
 
 var buildBinaries = sync.OnceValues(func() (map[string]string, error) {
@@ -192,4 +207,55 @@ func toolDir(t *testing.T, names ...string) string {
 		require.NoError(t, os.Symlink(tools(t, name), filepath.Join(dir, name)))
 	}
 	return dir
+}
+
+// TestWalkthroughWait holds the walk-through's wait for the services to what
+// docs/walkthrough.sh promises: while a Go compiler runs it says "still
+// compiling" and keeps waiting; once it gives up (READY_WAIT seconds without a
+// build, four times that in all) it names the URL it waited for and the logs
+// it was given.
+func TestWalkthroughWait(t *testing.T) {
+	t.Parallel()
+	closed := "http://127.0.0.1:1" // nothing listens on port 1
+	run := func(t *testing.T, ready string, logs ...string) (*exec.Cmd, *proctest.Buffer) {
+		stderr := &proctest.Buffer{} // written by the command while the test reads it
+		cmd := exec.Command(tools(t, "bash"), append([]string{walkthroughScript}, logs...)...)
+		cmd.Dir = root
+		cmd.Env = []string{"PATH=" + toolDir(t, "curl", "sleep"), "READY_WAIT=" + ready,
+			"LABELING=" + closed, "BILLING=" + closed, "PROVIDER=" + closed}
+		cmd.Stderr = stderr
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, stderr
+	}
+
+	t.Run("gives up naming the URL and the logs", func(t *testing.T) {
+		t.Parallel()
+		cmd, stderr := run(t, "1", "provider.log", "billing.log", "labeling.log")
+		err := cmd.Wait()
+		require.Error(t, err, "the walk-through gave up: %s", stderr)
+		require.Contains(t, stderr.String(),
+			"walkthrough: gave up: "+closed+"/readyz did not answer; see provider.log, billing.log, labeling.log\n")
+	})
+
+	t.Run("says still compiling while a compiler runs", func(t *testing.T) {
+		t.Parallel()
+		// A process named compile, as the Go toolchain's compiler is: the
+		// kernel names a process after the file it runs.
+		dir := t.TempDir()
+		fake := filepath.Join(dir, "compile")
+		require.NoError(t, os.Symlink(tools(t, "sleep"), fake))
+		compiler := exec.Command(fake, "600")
+		require.NoError(t, compiler.Start())
+		t.Cleanup(func() { _ = compiler.Process.Kill(); _ = compiler.Wait() })
+
+		cmd, stderr := run(t, "2")
+		require.Eventually(t, func() bool {
+			return strings.Contains(stderr.String(), "walkthrough: still compiling (a Go build runs on this machine); waiting for "+closed+"/readyz\n")
+		}, time.Minute, 50*time.Millisecond, "the walk-through says it waits for a build: %s", stderr)
+		require.NoError(t, compiler.Process.Kill())
+		err := cmd.Wait()
+		require.Error(t, err, "the walk-through gave up once the build was gone: %s", stderr)
+		require.Contains(t, stderr.String(), "walkthrough: gave up: "+closed+"/readyz did not answer; see the services' logs\n")
+	})
 }

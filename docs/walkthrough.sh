@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The README's walk-through: one rule through its life, on the pair the
-# no-install command starts (authentication off) or, given a token, on the pair
-# Compose starts. Each step checks its answer and stops the script when it is
-# wrong, because deploy/walkthrough_test.go runs this very file against the real
-# binaries, with authentication off and on. Needs only bash, curl and sleep (the
-# test runs it with nothing else on PATH).
+# The walk-through: one rule through its life, on a pair a recipe started
+# (authentication off: the README, docs/sqlite-postgres.md, docs/nats.md) or,
+# given a token, on the pair Compose starts. Each step checks its answer and
+# stops the script when it is wrong, because deploy's tests run this very file
+# against the real binaries (TestWalkthrough, TestRecipes). Needs only bash,
+# curl and sleep (TestWalkthrough runs it with nothing else on PATH).
+#
+# Arguments: the log files of the services, named should they never answer.
 set -euo pipefail
-LABELING=${LABELING:-http://localhost:8080}
-BILLING=${BILLING:-http://localhost:8081}
+LABELING=${LABELING:-http://127.0.0.1:${LABELING_PORT:-8080}}
+BILLING=${BILLING:-http://127.0.0.1:${BILLING_PORT:-8081}}
 # The stand-in provider billing calls with each quota change (PROVIDER_URL).
-PROVIDER=${PROVIDER:-http://localhost:8082}
+PROVIDER=${PROVIDER:-http://127.0.0.1:${PROVIDER_PORT:-8082}}
 # With authentication on (the Docker Quick start): AUTH is the Authorization
 # header of a token for ORG, and OTHER_ORG an org the token does not cover.
 AUTH=${AUTH:-}
@@ -55,12 +57,46 @@ applied() {
   echo "walkthrough: the provider never applied $1 for the org: $got" >&2; exit 1
 }
 
-# Wait for the services: go run compiles them first, a few minutes on a fresh clone.
-for ((i = 1; ; i++)); do
-  curl -sf "$LABELING/readyz" >/dev/null && curl -sf "$BILLING/readyz" >/dev/null && curl -sf "$PROVIDER/healthz" >/dev/null && break
-  ((i < 600)) || { echo "walkthrough: the services are not ready; see labeling.log, billing.log and provider.log" >&2; exit 1; }
-  sleep 0.5
-done
+# compiling: a Go compiler or linker runs on this machine (go build, go run,
+# go test compile through these). Linux only: elsewhere it never says so.
+compiling() {
+  local f c
+  for f in /proc/[0-9]*/comm; do
+    { read -r c <"$f"; } 2>/dev/null || continue
+    [[ $c == compile || $c == link ]] && return 0
+  done
+  return 1
+}
+
+# await URL LOG...: wait until URL answers 2xx. A fresh clone compiles first,
+# minutes on a small machine: while a build runs the wait says so and goes on;
+# it gives up after READY_WAIT seconds without one (300; four times that in
+# all), naming URL and the logs.
+await() {
+  local url=$1 said= wait=${READY_WAIT:-300} deadline logs
+  deadline=$((SECONDS + wait))
+  shift
+  until curl -sf --max-time 5 -o /dev/null "$url"; do
+    if compiling; then
+      deadline=$((SECONDS + wait))
+      [[ $said == compiling ]] || echo "walkthrough: still compiling (a Go build runs on this machine); waiting for $url" >&2
+      said=compiling
+    elif [[ -z $said ]]; then
+      echo "walkthrough: waiting for $url" >&2
+      said=waiting
+    fi
+    if ((SECONDS >= deadline || SECONDS >= 4 * wait)); then
+      logs="the services' logs"
+      (($#)) && printf -v logs '%s, ' "$@" && logs=${logs%, }
+      echo "walkthrough: gave up: $url did not answer; see $logs" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+await "$LABELING/readyz" "$@"
+await "$BILLING/readyz" "$@"
+await "$PROVIDER/healthz" "$@"
 
 # Create a rule under the id we chose: 201 with the rule, inactive.
 check 201 '"active":false' -X POST "$LABELING/v1/orgs/$ORG/rules" -H 'Content-Type: application/json' \
