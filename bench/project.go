@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/outboxpair/billing"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/labeling"
 )
@@ -23,19 +23,19 @@ import (
 // the quota upsert is not one hot row, few enough that rows are shared.
 const orgs = 100
 
-// relayConfig is the relay the binaries run: labeling's configuration read by
-// config.LoadLabeling from lookup (this process's environment, which the
-// binaries inherit), mapped as cmd/labeling's serve maps it, so the in-process
-// rows and the binaries run the same settings, OUTBOX_NOTIFY and OUTBOX_WORKERS
+// relayConfig is the relay the binaries run: the OUTBOX_* variables read by
+// infra/env's Relay, as both binaries' loaders read them, from lookup (this
+// process's environment, which the binaries inherit), so the in-process rows
+// and the binaries run the same settings, OUTBOX_NOTIFY and OUTBOX_WORKERS
 // included. The fields named in set (-relay-set) are applied on top, in process
 // only, by reflection, so that a field added later can be set without changing
 // this program.
-func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
-	c, err := loadLabeling(lookup)
-	if err != nil {
-		return outbox.Config{}, fmt.Errorf("labeling configuration from the environment: %w", err)
+func relayConfig(lookup envvar.Lookup, set string) (outbox.Config, error) {
+	r := envvar.New(lookup)
+	cfg := r.Relay()
+	if err := r.Err(); err != nil {
+		return outbox.Config{}, fmt.Errorf("relay settings from the environment: %w", err)
 	}
-	cfg := c.Relay
 	if set == "" {
 		return cfg, nil
 	}
@@ -54,20 +54,6 @@ func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// loadLabeling is labeling's configuration as the binaries read it from
-// lookup, with the two variables the benchmark sets itself.
-func loadLabeling(lookup config.Lookup) (config.Labeling, error) {
-	return config.LoadLabeling(func(name string) (string, bool) {
-		switch name {
-		case "DATABASE_URL":
-			return "postgres://bench@127.0.0.1:5432/bench", true // never used: the pools are the benchmark's own
-		case "EVENTS_TOKEN":
-			return eventsToken, true
-		}
-		return lookup(name)
-	})
 }
 
 func setField(f reflect.Value, val string) error {

@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/sqlite"
 	"github.com/acme/outboxpair/labeling"
@@ -114,12 +114,10 @@ func openProbe(path string) (liteDB, error) {
 
 // liteBounds are the database bounds the binaries run with (DB_STATEMENT_TIMEOUT,
 // DB_LOCK_TIMEOUT from this environment), for every file this program opens.
-func liteBounds(lookup config.Lookup) (sqldb.Bounds, error) {
-	c, err := loadLabeling(lookup)
-	if err != nil {
-		return sqldb.Bounds{}, err
-	}
-	return c.Bounds, nil
+func liteBounds(lookup envvar.Lookup) (sqldb.Bounds, error) {
+	r := envvar.New(lookup)
+	b := r.Bounds()
+	return b, r.Err()
 }
 
 // files makes the run's SQLite files in dir: each a copy of a template

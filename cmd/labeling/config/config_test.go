@@ -11,21 +11,20 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/billing"
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/infra/database"
+	"github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stopbudget"
-	"github.com/acme/outboxpair/infra/stream"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
 	"github.com/acme/outboxpair/infra/wire"
 )
 
-func env(kv map[string]string) config.Lookup {
+func lookup(kv map[string]string) env.Lookup {
 	return func(name string) (string, bool) {
 		v, ok := kv[name]
 		return v, ok
@@ -44,7 +43,7 @@ func TestLoadLabeling(t *testing.T) {
 
 	t.Run("defaults fill every unset variable", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadLabeling(env(base()))
+		c, err := config.LoadLabeling(lookup(base()))
 		require.NoError(t, err)
 		require.Equal(t, ":8080", c.HTTP.Addr)
 		require.Equal(t, "http://localhost:8081", c.BillingURL)
@@ -77,7 +76,7 @@ func TestLoadLabeling(t *testing.T) {
 		kv["NATS_CONSUMER_E2E-AUDIT_TYPES"] = " RuleDeactivated , RuleActivated"
 		kv["NATS_CONSUMER_OTHER_TYPES"] = "Nope"  // not a durable of NATS_CONSUMERS: never read
 		kv["NATS_CONSUMER_ledger_TYPES"] = "Nope" // the name in capitals only
-		c, err := config.LoadLabeling(env(kv))
+		c, err := config.LoadLabeling(lookup(kv))
 		require.NoError(t, err)
 		require.Equal(t, map[string][]string{"ledger": {"RuleActivated"}, "e2e-audit": {"RuleDeactivated", "RuleActivated"}},
 			c.NATS.ConsumerTypes, "billing, unset, takes every type")
@@ -88,7 +87,7 @@ func TestLoadLabeling(t *testing.T) {
 		kv := base()
 		kv["NATS_CONSUMERS"] = "audit,AUDIT"
 		kv["NATS_CONSUMER_AUDIT_TYPES"] = "RuleActivated"
-		_, err := config.LoadLabeling(env(kv))
+		_, err := config.LoadLabeling(lookup(kv))
 		require.EqualError(t, err, "NATS_CONSUMER_AUDIT_TYPES: names both audit and AUDIT of NATS_CONSUMERS; rename one of them")
 	})
 
@@ -103,7 +102,7 @@ func TestLoadLabeling(t *testing.T) {
 			kv := base()
 			kv["NATS_CONSUMERS"] = "billing,ledger"
 			kv["NATS_CONSUMER_LEDGER_TYPES"] = tc.value
-			_, err := config.LoadLabeling(env(kv))
+			_, err := config.LoadLabeling(lookup(kv))
 			require.Error(t, err)
 			require.True(t, strings.HasPrefix(err.Error(), "NATS_CONSUMER_LEDGER_TYPES: "), err.Error())
 			require.Contains(t, err.Error(), tc.says)
@@ -120,7 +119,7 @@ func TestLoadLabeling(t *testing.T) {
 		kv["NATS_DUPLICATE_WINDOW"] = "2h"
 		kv["NATS_CONSUMERS"] = "billing, e2e-audit,audit_2"
 		kv["NATS_CREDS"] = credsFile(t)
-		c, err := config.LoadLabeling(env(kv))
+		c, err := config.LoadLabeling(lookup(kv))
 		require.NoError(t, err)
 		require.Equal(t, config.TransportNATS, c.EventsTransport)
 		require.Equal(t, kv["NATS_URL"], c.NATS.URL)
@@ -132,13 +131,13 @@ func TestLoadLabeling(t *testing.T) {
 
 	t.Run("EVENTS_FORMAT is the envelope by default and cloudevents when set, on both transports", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadLabeling(env(base()))
+		c, err := config.LoadLabeling(lookup(base()))
 		require.NoError(t, err)
 		require.Equal(t, wire.FormatEnvelope, c.EventsFormat)
 		require.Equal(t, wire.FormatEnvelope, c.NATS.Format)
 		kv := base()
 		kv["EVENTS_FORMAT"] = "cloudevents"
-		c, err = config.LoadLabeling(env(kv))
+		c, err = config.LoadLabeling(lookup(kv))
 		require.NoError(t, err)
 		require.Equal(t, wire.FormatCloudEvents, c.EventsFormat)
 		require.Equal(t, wire.FormatCloudEvents, c.NATS.Format)
@@ -148,7 +147,7 @@ func TestLoadLabeling(t *testing.T) {
 		t.Parallel()
 		kv := base()
 		kv["EVENTS_TRANSPORT"] = "nats"
-		_, err := config.LoadLabeling(env(kv))
+		_, err := config.LoadLabeling(lookup(kv))
 		require.ErrorContains(t, err, "NATS_URL")
 	})
 
@@ -156,7 +155,7 @@ func TestLoadLabeling(t *testing.T) {
 		t.Parallel()
 		kv := base()
 		kv["OUTBOX_NOTIFY"] = "false"
-		c, err := config.LoadLabeling(env(kv))
+		c, err := config.LoadLabeling(lookup(kv))
 		require.NoError(t, err)
 		require.False(t, c.Relay.Notify)
 	})
@@ -214,7 +213,7 @@ func TestLoadLabeling(t *testing.T) {
 			t.Parallel()
 			kv := base()
 			kv[tc.variable] = tc.value
-			_, err := config.LoadLabeling(env(kv))
+			_, err := config.LoadLabeling(lookup(kv))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.variable)
 			require.Contains(t, err.Error(), says[tc.variable+"="+tc.value])
@@ -228,11 +227,11 @@ func TestLoadLabeling(t *testing.T) {
 		kv["OUTBOX_WORKERS"] = "1000"
 		kv["OUTBOX_HANDLER_TIMEOUT"] = "24h"
 		kv["OUTBOX_LEASE"] = "23h59m59s"
-		_, err := config.LoadLabeling(env(kv))
+		_, err := config.LoadLabeling(lookup(kv))
 		require.ErrorContains(t, err, "OUTBOX_LEASE")
 		require.ErrorContains(t, err, "OUTBOX_HANDLER_TIMEOUT")
 		kv["OUTBOX_LEASE"] = "24h"
-		_, err = config.LoadLabeling(env(kv))
+		_, err = config.LoadLabeling(lookup(kv))
 		require.NoError(t, err)
 	})
 
@@ -249,14 +248,14 @@ func TestLoadLabeling(t *testing.T) {
 			kv := base()
 			kv["OUTBOX_CLAIM_SIZE"], kv["OUTBOX_WORKERS"] = tc.claim, tc.workers
 			kv["OUTBOX_HANDLER_TIMEOUT"], kv["OUTBOX_LEASE"] = tc.timeout, tc.lease
-			_, err := config.LoadLabeling(env(kv))
+			_, err := config.LoadLabeling(lookup(kv))
 			require.NoError(t, err, "%+v", tc)
 		}
 	})
 
 	t.Run("the bounds have defaults", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadLabeling(env(base()))
+		c, err := config.LoadLabeling(lookup(base()))
 		require.NoError(t, err)
 		require.Equal(t, 8*time.Second, c.HTTP.RequestTimeout)
 		require.Equal(t, sqldb.Bounds{StatementTimeout: 5 * time.Second, LockTimeout: 2 * time.Second}, c.Bounds)
@@ -264,7 +263,7 @@ func TestLoadLabeling(t *testing.T) {
 
 	t.Run("an operator command needs no EVENTS_TOKEN", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "postgres://h/db"}), config.DefaultLabelingDatabase)
+		c, err := env.LoadCommand(lookup(map[string]string{"DATABASE_URL": "postgres://h/db"}), config.DefaultDatabase)
 		require.NoError(t, err)
 		require.Equal(t, "postgres://h/db", c.DatabaseURL)
 		require.False(t, c.DatabaseDefaulted)
@@ -272,11 +271,11 @@ func TestLoadLabeling(t *testing.T) {
 
 	t.Run("an unset DATABASE_URL is the service's SQLite file", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadCommand(env(map[string]string{}), config.DefaultBillingDatabase)
+		c, err := env.LoadCommand(lookup(map[string]string{}), config.DefaultDatabase)
 		require.NoError(t, err)
-		require.Equal(t, "sqlite:data/billing.db", c.DatabaseURL)
+		require.Equal(t, "sqlite:data/labeling.db", c.DatabaseURL)
 		require.True(t, c.DatabaseDefaulted)
-		l, err := config.LoadLabeling(env(map[string]string{"EVENTS_TOKEN": "t"}))
+		l, err := config.LoadLabeling(lookup(map[string]string{"EVENTS_TOKEN": "t"}))
 		require.NoError(t, err)
 		require.Equal(t, "sqlite:data/labeling.db", l.DatabaseURL)
 		require.True(t, l.DatabaseDefaulted)
@@ -284,9 +283,9 @@ func TestLoadLabeling(t *testing.T) {
 
 	t.Run("sqlite: without a path is refused, naming DATABASE_URL", func(t *testing.T) {
 		t.Parallel()
-		_, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "sqlite:"}), config.DefaultLabelingDatabase)
+		_, err := env.LoadCommand(lookup(map[string]string{"DATABASE_URL": "sqlite:"}), config.DefaultDatabase)
 		require.ErrorContains(t, err, "DATABASE_URL")
-		c, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": "sqlite:/var/lib/outboxpair/labeling.db"}), config.DefaultLabelingDatabase)
+		c, err := env.LoadCommand(lookup(map[string]string{"DATABASE_URL": "sqlite:/var/lib/outboxpair/labeling.db"}), config.DefaultDatabase)
 		require.NoError(t, err)
 		require.Equal(t, "sqlite:/var/lib/outboxpair/labeling.db", c.DatabaseURL)
 	})
@@ -303,7 +302,7 @@ func TestLoadLabeling(t *testing.T) {
 			"sqlite:file:data/l.db?mode=memory",
 			"sqlite:file:data/l.db",
 		} {
-			_, err := config.LoadCommand(env(map[string]string{"DATABASE_URL": v}), config.DefaultLabelingDatabase)
+			_, err := env.LoadCommand(lookup(map[string]string{"DATABASE_URL": v}), config.DefaultDatabase)
 			require.Error(t, err, v)
 			require.True(t, strings.HasPrefix(err.Error(), "DATABASE_URL: "), err.Error())
 			require.NotContains(t, err.Error(), "\n")
@@ -314,195 +313,31 @@ func TestLoadLabeling(t *testing.T) {
 		t.Parallel()
 		kv := base()
 		kv["DATABASE_URL"] = "postgres://u:hunter2@host:notaport/db"
-		_, err := config.LoadLabeling(env(kv))
+		_, err := config.LoadLabeling(lookup(kv))
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), "hunter2")
 	})
 }
 
-func TestLoadBilling(t *testing.T) {
-	t.Parallel()
-
-	t.Run("defaults fill every unset variable", func(t *testing.T) {
-		t.Parallel()
-		c, err := config.LoadBilling(env(base()))
-		require.NoError(t, err)
-		require.Equal(t, ":8081", c.HTTP.Addr)
-		require.Equal(t, 720*time.Hour, c.Billing.ReceiptsRetention)
-		require.Equal(t, time.Hour, c.Cleanup.Interval)
-		require.Empty(t, c.NATS.URL, "no NATS consumer unless asked")
-		require.Equal(t, 30*time.Second, c.NATS.AckWait)
-		require.Equal(t, 100, c.Billing.ApplyGroupMax, "group apply is on by default")
-		require.Equal(t, 1000, int(c.NATSIntake.MaxDeliveries))
-		require.Empty(t, c.NATS.Creds)
-	})
-
-	t.Run("a group max of 1 turns group apply off", func(t *testing.T) {
-		t.Parallel()
-		kv := base()
-		kv["BILLING_APPLY_GROUP_MAX"] = "1"
-		c, err := config.LoadBilling(env(kv))
-		require.NoError(t, err)
-		require.Equal(t, 1, c.Billing.ApplyGroupMax)
-	})
-
-	t.Run("reads the credentials file and the delivery bound", func(t *testing.T) {
-		t.Parallel()
-		kv := base()
-		kv["NATS_CREDS"] = credsFile(t)
-		kv["NATS_MAX_DELIVERIES"] = "5"
-		c, err := config.LoadBilling(env(kv))
-		require.NoError(t, err)
-		require.Equal(t, kv["NATS_CREDS"], c.NATS.Creds)
-		require.Equal(t, 5, int(c.NATSIntake.MaxDeliveries))
-	})
-
-	t.Run("bounds billing_nats_failed by default and reads the bound", func(t *testing.T) {
-		t.Parallel()
-		c, err := config.LoadBilling(env(base()))
-		require.NoError(t, err)
-		require.Equal(t, billing.DefaultNATSFailedMaxRows, int(c.NATSIntake.MaxFailedRows))
-		require.Equal(t, billing.DefaultNATSFailedMaxBytes, int(c.NATSIntake.MaxFailedBytes))
-		kv := base()
-		kv["NATS_FAILED_MAX_ROWS"], kv["NATS_FAILED_MAX_BYTES"] = "7", "4096"
-		c, err = config.LoadBilling(env(kv))
-		require.NoError(t, err)
-		require.Equal(t, 7, int(c.NATSIntake.MaxFailedRows))
-		require.Equal(t, 4096, int(c.NATSIntake.MaxFailedBytes))
-	})
-
-	for name, kv := range map[string][2]string{
-		"a bad nats url":                      {"NATS_URL", "127.0.0.1:4222"},
-		"a bad ack wait":                      {"NATS_ACK_WAIT", "soon"},
-		"a zero ack wait":                     {"NATS_ACK_WAIT", "0s"},
-		"a zero group max":                    {"BILLING_APPLY_GROUP_MAX", "0"},
-		"a group max that is text":            {"BILLING_APPLY_GROUP_MAX", "on"},
-		"a group max over 1000":               {"BILLING_APPLY_GROUP_MAX", "1001"},
-		"a missing credentials file":          {"NATS_CREDS", "/nonexistent/nats.creds"},
-		"a credentials directory":             {"NATS_CREDS", "/"},
-		"zero deliveries":                     {"NATS_MAX_DELIVERIES", "0"},
-		"zero failed records":                 {"NATS_FAILED_MAX_ROWS", "0"},
-		"an absurd failed bytes bound":        {"NATS_FAILED_MAX_BYTES", "1099511627777"},
-		"an absurd delivery bound":            {"NATS_MAX_DELIVERIES", "1000001"},
-		"a non-numeric delivery bound":        {"NATS_MAX_DELIVERIES", "many"},
-		"a blank token":                       {"EVENTS_TOKEN", "  "},
-		"a blank previous token":              {"EVENTS_TOKEN_PREVIOUS", " \t"},
-		"a previous token equal to the token": {"EVENTS_TOKEN_PREVIOUS", "secret"},
-	} {
-		t.Run("rejects "+name+" naming it", func(t *testing.T) {
-			t.Parallel()
-			env2 := base()
-			env2[kv[0]] = kv[1]
-			_, err := config.LoadBilling(env(env2))
-			require.ErrorContains(t, err, kv[0])
-		})
-	}
-
-	t.Run("reads the previous token of a rotation, unset by default", func(t *testing.T) {
-		t.Parallel()
-		c, err := config.LoadBilling(env(base()))
-		require.NoError(t, err)
-		require.Empty(t, c.Billing.EventsTokenPrevious)
-		kv := base()
-		kv["EVENTS_TOKEN_PREVIOUS"] = "old-secret"
-		c, err = config.LoadBilling(env(kv))
-		require.NoError(t, err)
-		require.Equal(t, "old-secret", c.Billing.EventsTokenPrevious)
-		require.Equal(t, "secret", c.Billing.EventsToken)
-	})
-
-	t.Run("billing's relay reads the OUTBOX_* variables with labeling's defaults and rules", func(t *testing.T) {
-		t.Parallel()
-		b, err := config.LoadBilling(env(base()))
-		require.NoError(t, err)
-		l, err := config.LoadLabeling(env(base()))
-		require.NoError(t, err)
-		require.Equal(t, l.Relay, b.Relay)
-		kv := base()
-		kv["OUTBOX_MAX_ATTEMPTS"], kv["OUTBOX_PROCESSED_RETENTION"] = "3", "48h"
-		b, err = config.LoadBilling(env(kv))
-		require.NoError(t, err)
-		require.Equal(t, 3, b.Relay.MaxAttempts)
-		require.Equal(t, 48*time.Hour, b.Relay.ProcessedRetention)
-		for k, v := range map[string]string{"OUTBOX_LEASE": "29s", "OUTBOX_CLAIM_SIZE": "1001", "OUTBOX_NOTIFY": "maybe", "OUTBOX_RETRY_MAX": "1s"} {
-			kv := base()
-			kv[k] = v
-			_, err := config.LoadBilling(env(kv))
-			require.ErrorContains(t, err, k)
-		}
-	})
-
-	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	t.Run("PROVIDER_URL unset: no provider, nothing required", func(t *testing.T) {
-		t.Parallel()
-		c, err := config.LoadBilling(env(base()))
-		require.NoError(t, err)
-		require.Empty(t, c.Provider.URL)
-		require.Empty(t, c.Provider.Secrets)
-	})
-
-	t.Run("PROVIDER_URL and PROVIDER_SECRET, several secrets during a rotation", func(t *testing.T) {
-		t.Parallel()
-		kv := base()
-		kv["PROVIDER_URL"], kv["PROVIDER_SECRET"] = "http://provider:8082/webhook", secret+" "+secret
-		c, err := config.LoadBilling(env(kv))
-		require.NoError(t, err)
-		require.Equal(t, "http://provider:8082/webhook", c.Provider.URL)
-		require.Equal(t, []string{secret, secret}, c.Provider.Secrets)
-	})
-
-	for name, tc := range map[string]struct{ url, secret, variable string }{
-		"a provider url without scheme":    {"provider:8082/webhook", secret, "PROVIDER_URL"},
-		"a relative provider url":          {"/webhook", secret, "PROVIDER_URL"},
-		"a provider url without a secret":  {"http://provider:8082/webhook", "", "PROVIDER_SECRET"},
-		"a secret without whsec_":          {"http://provider:8082/webhook", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "PROVIDER_SECRET"},
-		"a secret too short":               {"http://provider:8082/webhook", "whsec_c2hvcnQ=", "PROVIDER_SECRET"},
-		"a bad secret without a url":       {"", "whsec_!!!notbase64", "PROVIDER_SECRET"},
-		"a rotation whose second is wrong": {"http://provider:8082/webhook", secret + " whsec_c2hvcnQ=", "PROVIDER_SECRET"},
-	} {
-		t.Run("rejects "+name+" in one line naming "+tc.variable+", never quoting the secret", func(t *testing.T) {
-			t.Parallel()
-			kv := base()
-			kv["PROVIDER_URL"], kv["PROVIDER_SECRET"] = tc.url, tc.secret
-			_, err := config.LoadBilling(env(kv))
-			require.Error(t, err)
-			require.True(t, strings.HasPrefix(err.Error(), tc.variable+": "), err.Error())
-			require.NotContains(t, err.Error(), "\n")
-			for _, s := range strings.Fields(tc.secret) {
-				require.NotContains(t, err.Error(), strings.TrimPrefix(s, "whsec_"))
-			}
-		})
-	}
-
-	t.Run("rejects a bad retention naming it", func(t *testing.T) {
-		t.Parallel()
-		kv := base()
-		kv["RECEIPTS_RETENTION"] = "30d"
-		_, err := config.LoadBilling(env(kv))
-		require.ErrorContains(t, err, "RECEIPTS_RETENTION")
-	})
-}
-
-// TestConsoleSecureCookies: CONSOLE_SECURE_COOKIES (both services) says a
+// TestConsoleSecureCookies: CONSOLE_SECURE_COOKIES (both services; billing's loader has the same test) says a
 // proxy in front terminates TLS, so the server marks its cookies Secure; off
 // by default, and a value that is not a boolean stops start-up with one line
 // naming it.
 func TestConsoleSecureCookies(t *testing.T) {
 	t.Parallel()
-	load := map[string]func(config.Lookup) (web.Config, error){
-		"labeling": func(l config.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
-		"billing":  func(l config.Lookup) (web.Config, error) { c, err := config.LoadBilling(l); return c.HTTP, err },
+	load := map[string]func(env.Lookup) (web.Config, error){
+		"labeling": func(l env.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
 	}
 	for service, load := range load {
 		t.Run(service+": off by default, on with true", func(t *testing.T) {
 			t.Parallel()
-			c, err := load(env(base()))
+			c, err := load(lookup(base()))
 			require.NoError(t, err)
 			require.False(t, c.SecureCookies)
 			for value, want := range map[string]bool{"true": true, "false": false, "1": true, "0": false} {
 				kv := base()
 				kv["CONSOLE_SECURE_COOKIES"] = value
-				c, err := load(env(kv))
+				c, err := load(lookup(kv))
 				require.NoError(t, err)
 				require.Equal(t, want, c.SecureCookies, value)
 			}
@@ -512,78 +347,13 @@ func TestConsoleSecureCookies(t *testing.T) {
 				t.Parallel()
 				kv := base()
 				kv["CONSOLE_SECURE_COOKIES"] = value
-				_, err := load(env(kv))
+				_, err := load(lookup(kv))
 				require.Error(t, err)
 				require.True(t, strings.HasPrefix(err.Error(), "CONSOLE_SECURE_COOKIES: "), err.Error())
 				require.NotContains(t, err.Error(), "\n")
 			})
 		}
 	}
-}
-
-func TestLoadAuth(t *testing.T) {
-	t.Parallel()
-	on := map[string]string{
-		"AUTH_JWKS_URL": "http://oauth:8090/outboxpair/jwks",
-		"AUTH_ISSUER":   "http://localhost:8090/outboxpair",
-		"AUTH_AUDIENCE": "outboxpair",
-	}
-
-	t.Run("the three variables turn authentication on", func(t *testing.T) {
-		t.Parallel()
-		c, err := config.LoadAuth(env(on))
-		require.NoError(t, err)
-		require.Equal(t, config.Auth{JWKSURL: on["AUTH_JWKS_URL"], Issuer: on["AUTH_ISSUER"], Audience: on["AUTH_AUDIENCE"]}, c)
-	})
-
-	t.Run("AUTH_DISABLED=true alone turns it off", func(t *testing.T) {
-		t.Parallel()
-		c, err := config.LoadAuth(env(map[string]string{"AUTH_DISABLED": "true"}))
-		require.NoError(t, err)
-		require.True(t, c.Disabled)
-	})
-
-	t.Run("AUTH_DISABLED=false with the three variables is on", func(t *testing.T) {
-		t.Parallel()
-		kv := map[string]string{"AUTH_DISABLED": "false"}
-		for k, v := range on {
-			kv[k] = v
-		}
-		c, err := config.LoadAuth(env(kv))
-		require.NoError(t, err)
-		require.False(t, c.Disabled)
-	})
-
-	bad := []struct {
-		name     string
-		kv       map[string]string
-		variable string
-	}{
-		{"nothing set never leaves the API open", map[string]string{}, "AUTH_JWKS_URL"},
-		{"AUTH_DISABLED=false alone", map[string]string{"AUTH_DISABLED": "false"}, "AUTH_JWKS_URL"},
-		{"AUTH_DISABLED not a boolean", map[string]string{"AUTH_DISABLED": "yes please"}, "AUTH_DISABLED"},
-		{"both disabled and a JWKS URL", map[string]string{"AUTH_DISABLED": "true", "AUTH_JWKS_URL": on["AUTH_JWKS_URL"]}, "AUTH_DISABLED"},
-		{"a JWKS URL without an issuer", map[string]string{"AUTH_JWKS_URL": on["AUTH_JWKS_URL"], "AUTH_AUDIENCE": "a"}, "AUTH_ISSUER"},
-		{"a JWKS URL without an audience", map[string]string{"AUTH_JWKS_URL": on["AUTH_JWKS_URL"], "AUTH_ISSUER": "i"}, "AUTH_AUDIENCE"},
-		{"a JWKS URL that is not http(s)", map[string]string{"AUTH_JWKS_URL": "oauth:8090/jwks", "AUTH_ISSUER": "i", "AUTH_AUDIENCE": "a"}, "AUTH_JWKS_URL"},
-	}
-	for _, tc := range bad {
-		t.Run("rejects "+tc.name+" naming "+tc.variable, func(t *testing.T) {
-			t.Parallel()
-			_, err := config.LoadAuth(env(tc.kv))
-			require.Error(t, err)
-			require.True(t, strings.HasPrefix(err.Error(), tc.variable+": "), err.Error())
-			require.NotContains(t, err.Error(), "\n")
-		})
-	}
-
-	t.Run("the services' variable lists name the AUTH_* variables", func(t *testing.T) {
-		t.Parallel()
-		for _, name := range config.AuthVars {
-			require.Contains(t, config.LabelingVars, name)
-			require.Contains(t, config.BillingVars, name)
-		}
-	})
 }
 
 // credsFile is a file that exists; its content is the stream package's to check.
@@ -598,20 +368,18 @@ func credsFile(t *testing.T) string {
 // SIGKILL for every HTTP_REQUEST_TIMEOUT that start-up accepts.
 func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
 	t.Parallel()
-	loaders := map[string]func(config.Lookup) (web.Config, error){
-		"labeling": func(l config.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
-		"billing":  func(l config.Lookup) (web.Config, error) { c, err := config.LoadBilling(l); return c.HTTP, err },
+	loaders := map[string]func(env.Lookup) (web.Config, error){
+		"labeling": func(l env.Lookup) (web.Config, error) { c, err := config.LoadLabeling(l); return c.HTTP, err },
 	}
 	background := map[string][]stopbudget.Share{
 		"labeling": {outbox.StopShare, retention.StopShare, database.StopShare, telemetry.StopShare},
-		"billing":  {stream.ConsumerStopShare, retention.StopShare, database.StopShare, telemetry.StopShare},
 	}
 	for svc, load := range loaders {
 		t.Run(svc+": the largest accepted timeout stops under 30s, a larger one is refused naming it", func(t *testing.T) {
 			t.Parallel()
 			kv := base()
 			kv["HTTP_REQUEST_TIMEOUT"] = web.MaxRequestTimeout.String()
-			b, err := load(env(kv))
+			b, err := load(lookup(kv))
 			require.NoError(t, err)
 			require.Equal(t, web.MaxRequestTimeout, b.RequestTimeout)
 			server := web.NewServer(web.Config{RequestTimeout: b.RequestTimeout}, echo.New(), slog.New(slog.DiscardHandler))
@@ -623,25 +391,10 @@ func TestStopBudgetFitsEveryAcceptedRequestTimeout(t *testing.T) {
 			require.LessOrEqual(t, service.StopGrace, 30*time.Second, "Kubernetes' default grace")
 
 			kv["HTTP_REQUEST_TIMEOUT"] = (web.MaxRequestTimeout + time.Millisecond).String()
-			_, err = load(env(kv))
+			_, err = load(lookup(kv))
 			require.ErrorContains(t, err, "HTTP_REQUEST_TIMEOUT")
 		})
 	}
-}
-
-// Contract section 1: the operator commands read only DATABASE_URL and the DB_*
-// bounds, so a setting meant for serve (a bad one too) never stops them.
-func TestLoadCommandReadsOnlyTheDatabase(t *testing.T) {
-	t.Parallel()
-	var asked []string
-	c, err := config.LoadCommand(func(name string) (string, bool) {
-		asked = append(asked, name)
-		return map[string]string{"HTTP_REQUEST_TIMEOUT": "bogus", "EVENTS_TOKEN": "", "DB_LOCK_TIMEOUT": "3s"}[name], name != "DATABASE_URL"
-	}, config.DefaultLabelingDatabase)
-	require.NoError(t, err, "HTTP_REQUEST_TIMEOUT is serve's: a command never reads it")
-	require.ElementsMatch(t, []string{"DATABASE_URL", "DB_STATEMENT_TIMEOUT", "DB_LOCK_TIMEOUT"}, asked)
-	require.Equal(t, 3*time.Second, c.LockTimeout)
-	require.Equal(t, config.DefaultLabelingDatabase, c.DatabaseURL)
 }
 
 // TestRefusedURLsAreQuotedWithoutCredentials: a URL setting refused at start
@@ -652,23 +405,20 @@ func TestRefusedURLsAreQuotedWithoutCredentials(t *testing.T) {
 	const bad = "ftp://user:pw@host:21/in?token=s3cret#frag"
 	for _, tc := range []struct {
 		variable, value, want string
-		load                  func(config.Lookup) error
+		load                  func(env.Lookup) error
 	}{
 		{"BILLING_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadLabeling},
 		{"CONSOLE_BILLING_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadLabeling},
 		{"CONSOLE_TRACE_URL", "http://user:pw@jaeger/trace?token=s3cret", `"http://jaeger/trace" does not contain {trace}`, loadLabeling},
-		{"CONSOLE_LABELING_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadBilling},
-		{"PROVIDER_URL", bad, `"ftp://host:21/in" is not an http(s) URL`, loadBilling},
 	} {
 		t.Run(tc.variable+" is refused quoting its scheme, host and path only", func(t *testing.T) {
 			t.Parallel()
 			kv := base()
 			kv[tc.variable] = tc.value
-			err := tc.load(env(kv))
+			err := tc.load(lookup(kv))
 			require.EqualError(t, err, tc.variable+": "+tc.want)
 		})
 	}
 }
 
-func loadLabeling(l config.Lookup) error { _, err := config.LoadLabeling(l); return err }
-func loadBilling(l config.Lookup) error  { _, err := config.LoadBilling(l); return err }
+func loadLabeling(l env.Lookup) error { _, err := config.LoadLabeling(l); return err }
