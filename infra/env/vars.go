@@ -58,8 +58,8 @@ type Var struct {
 // Vars is every environment variable the services read, the one declaration
 // that LabelingVars, BillingVars, AuthVars, Required and each binary's usage
 // text (Service.Usage) are built from, in the order the usage lists them. A
-// variable a loader looks up but this table leaves out fails this package's
-// tests, so no usage text can leave one out.
+// variable a loader looks up but this table leaves out fails the loaders'
+// tests (and this package's), so no usage text can leave one out.
 var Vars = []Var{
 	{Name: "DATABASE_URL", Services: bothServices},
 	{Name: "HTTP_ADDR", Services: bothServices},
