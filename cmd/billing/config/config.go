@@ -3,7 +3,8 @@
 // value checked once where it is read, and every rule between two settings
 // checked where the second is read, so a refusal is one line that starts
 // with the variable to change. It lives beside cmd/billing, which alone runs
-// it; deploy's tests hold the contract and the compose file to it.
+// it, in a package of its own rather than in package main because deploy's
+// tests (the contract's defaults, the compose file) load it too.
 package config
 
 import (

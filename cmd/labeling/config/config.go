@@ -3,8 +3,9 @@
 // readers, each value checked once where it is read, and every rule between
 // two settings checked where the second is read, so a refusal is one line
 // that starts with the variable to change. It lives beside cmd/labeling,
-// which alone runs it; deploy's and e2e's tests and the benchmark's relay
-// settings (infra/env's Relay) hold the rest of the repository to it.
+// which alone runs it, in a package of its own rather than in package main
+// because deploy's tests (the contract's defaults, the compose file) and
+// e2e's load it too.
 package config
 
 import (
