@@ -28,8 +28,8 @@ type Lookup = func(name string) (string, bool)
 
 // Reader reads variables through a Lookup and keeps the first refusal, so a
 // loader reads every setting and returns one error: "NAME: what is wrong".
-// After a refusal it still looks every variable up and returns each setting's
-// default for a refused value.
+// After a refusal it still looks every variable up, so a recording lookup
+// sees them all; what it returns then is not to be used.
 type Reader struct {
 	lookup Lookup
 	err    error
