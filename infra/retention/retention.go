@@ -47,9 +47,9 @@ type Config struct {
 func (c Config) Validate() error {
 	switch {
 	case c.Interval < 0:
-		return fmt.Errorf("Interval: %s must not be negative", c.Interval)
+		return fmt.Errorf("%s: %s must not be negative", "Interval", c.Interval)
 	case c.Chunk < 0:
-		return fmt.Errorf("Chunk: %d must not be negative", c.Chunk)
+		return fmt.Errorf("%s: %d must not be negative", "Chunk", c.Chunk)
 	}
 	return nil
 }

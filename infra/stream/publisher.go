@@ -75,7 +75,7 @@ const (
 func (c PublisherConfig) Validate() error {
 	switch {
 	case c.Replicas > MaxReplicas:
-		return fmt.Errorf("Replicas: %d is more than JetStream's %d", c.Replicas, MaxReplicas)
+		return fmt.Errorf("%s: %d is more than JetStream's %d", "Replicas", c.Replicas, MaxReplicas)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("DuplicateWindow: %s must not be negative", c.DuplicateWindow)
 	case c.Retention > 0 && c.DuplicateWindow > c.Retention:
