@@ -26,23 +26,18 @@ type Config struct {
 }
 
 // Validate reports the first setting of c that billing refuses, as "Field:
-// what is wrong": Check with the fields' own names.
-func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
-
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's): a previous token equal to the token
-// (a rotation needs a new one), a negative retention, a group max out of its
-// range. An empty EventsToken is NewHandler's to refuse: the operator
-// commands that read these settings need none.
-func (c Config) Check(name func(field string) string) error {
+// what is wrong": a previous token equal to the token (a rotation needs a new
+// one), a negative retention, a group max out of its range. An empty
+// EventsToken is NewHandler's to refuse: the operator commands that read
+// these settings need none.
+func (c Config) Validate() error {
 	switch {
 	case c.EventsTokenPrevious != "" && c.EventsTokenPrevious == c.EventsToken:
-		return fmt.Errorf("%s: equals %s: a rotation needs a new token (or unset the previous one)",
-			name("EventsTokenPrevious"), name("EventsToken"))
+		return errors.New("EventsTokenPrevious: equals EventsToken: a rotation needs a new token (or unset the previous one)")
 	case c.ReceiptsRetention < 0:
-		return fmt.Errorf("%s: %s must not be negative", name("ReceiptsRetention"), c.ReceiptsRetention)
+		return fmt.Errorf("ReceiptsRetention: %s must not be negative", c.ReceiptsRetention)
 	case c.ApplyGroupMax < 0 || c.ApplyGroupMax > MaxApplyGroupMax:
-		return fmt.Errorf("%s: %d is not within 0 to %d", name("ApplyGroupMax"), c.ApplyGroupMax, MaxApplyGroupMax)
+		return fmt.Errorf("ApplyGroupMax: %d is not within 0 to %d", c.ApplyGroupMax, MaxApplyGroupMax)
 	}
 	return nil
 }

@@ -16,18 +16,6 @@ const Durable = "billing"
 // billing_nats_failed, NATS_FAILED_MAX_ROWS and NATS_FAILED_MAX_BYTES).
 type NATSConfig = inbox.NATSConfig
 
-// The intake's bounds when set from the environment (the inbox's defaults):
-// NATS_MAX_DELIVERIES, NATS_FAILED_MAX_ROWS and NATS_FAILED_MAX_BYTES, and
-// the largest of each NATSConfig.Validate accepts.
-const (
-	DefaultNATSMaxDeliveries  = inbox.DefaultNATSMaxDeliveries
-	MaxNATSMaxDeliveries      = inbox.MaxNATSMaxDeliveries
-	DefaultNATSFailedMaxRows  = inbox.DefaultNATSFailedMaxRows
-	MaxNATSFailedMaxRows      = inbox.MaxNATSFailedMaxRows
-	DefaultNATSFailedMaxBytes = inbox.DefaultNATSFailedMaxBytes
-	MaxNATSFailedMaxBytes     = inbox.MaxNATSFailedMaxBytes
-)
-
 // ListNATSFailed returns every terminated message of billing_nats_failed in
 // db, in the order recorded, payloads included: for tests and small tables.
 // A listing pages (PageNATSFailed).

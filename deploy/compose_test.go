@@ -29,8 +29,10 @@ import (
 	"go.uber.org/fx"
 	"golang.org/x/mod/modfile"
 
+	billingconfig "github.com/acme/outboxpair/cmd/billing/config"
+	labelingconfig "github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/internal/standin"
 	"github.com/acme/outboxpair/internal/testsupport/authtest"
 )
@@ -42,17 +44,17 @@ const root = ".."
 // and how it loads them.
 type binary struct {
 	vars []string
-	load func(config.Lookup) error
+	load func(envvar.Lookup) error
 }
 
 var binaries = map[string]binary{
 	"labeling": {
-		vars: config.LabelingVars,
-		load: func(l config.Lookup) error { return loadAll(l, config.LoadLabeling) },
+		vars: envvar.LabelingVars,
+		load: func(l envvar.Lookup) error { return loadAll(l, labelingconfig.LoadLabeling) },
 	},
 	"billing": {
-		vars: config.BillingVars,
-		load: func(l config.Lookup) error { return loadAll(l, config.LoadBilling) },
+		vars: envvar.BillingVars,
+		load: func(l envvar.Lookup) error { return loadAll(l, billingconfig.LoadBilling) },
 	},
 }
 
@@ -62,16 +64,16 @@ var binaries = map[string]binary{
 var standIns = map[string]binary{
 	"provider": {
 		vars: standin.Vars,
-		load: func(l config.Lookup) error { _, err := standin.Load(l); return err },
+		load: func(l envvar.Lookup) error { _, err := standin.Load(l); return err },
 	},
 }
 
 // loadAll loads what serve loads: the service's variables and the AUTH_* ones.
-func loadAll[C any](l config.Lookup, load func(config.Lookup) (C, error)) error {
+func loadAll[C any](l envvar.Lookup, load func(envvar.Lookup) (C, error)) error {
 	if _, err := load(l); err != nil {
 		return err
 	}
-	_, err := config.LoadAuth(l)
+	_, err := envvar.LoadAuth(l)
 	return err
 }
 
@@ -429,11 +431,11 @@ func composeChecks(t *testing.T, variant string, files []string) {
 			vars := binaries[bin].vars
 			set := map[string]bool{} // NATS_CONSUMER_BILLING_TYPES sets NATS_CONSUMER_<NAME>_TYPES
 			for name := range svc.Environment {
-				require.Contains(t, vars, config.Declared(name), "%s sets %s, which %s does not read (renamed?)", svc.Name, name, bin)
-				set[config.Declared(name)] = true
+				require.Contains(t, vars, envvar.Declared(name), "%s sets %s, which %s does not read (renamed?)", svc.Name, name, bin)
+				set[envvar.Declared(name)] = true
 			}
 			for _, name := range vars {
-				if config.IsTemplate(name) && !set[name] {
+				if envvar.IsTemplate(name) && !set[name] {
 					continue // SUBSCRIBER_<NAME>_*: set per name of SUBSCRIBERS, which the file leaves empty
 				}
 				require.True(t, set[name], "%s reads %s; set it explicitly in docker-compose.yml", bin, name)
@@ -446,7 +448,7 @@ func composeChecks(t *testing.T, variant string, files []string) {
 		b := setupFiles(t, files)
 		for _, svc := range b.apps(t) {
 			e := env(svc)
-			for _, name := range config.Required {
+			for _, name := range envvar.Required {
 				require.NotEmpty(t, e[name], "%s: required %s is missing", svc.Name, name)
 			}
 		}
@@ -607,7 +609,7 @@ func composeChecks(t *testing.T, variant string, files []string) {
 		cb := cfg.TokenCallbacks[0]
 
 		lab, bill := env(apps["labeling"]), env(apps["billing"])
-		for _, name := range config.AuthVars {
+		for _, name := range envvar.AuthVars {
 			require.Equal(t, lab[name], bill[name], "%s differs between the services", name)
 		}
 		for _, svc := range apps {

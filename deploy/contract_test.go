@@ -16,7 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/config"
+	billingconfig "github.com/acme/outboxpair/cmd/billing/config"
+	labelingconfig "github.com/acme/outboxpair/cmd/labeling/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/migrations"
 )
 
@@ -81,7 +83,7 @@ func tablesWith(t *testing.T, file string, cols ...string) []contractTable {
 	return out
 }
 
-// varDocs are the files whose variable tables must match infra/config: the
+// varDocs are the files whose variable tables must match infra/env: the
 // contract alone holds the table; docs/configuration.md links to it.
 var varDocs = []string{contractFile}
 
@@ -141,7 +143,7 @@ func documentedVars(t *testing.T, file string) []documentedVar {
 }
 
 // The variables the contract lists are exactly the variables each service
-// reads (config.LabelingVars, config.BillingVars), with the same services.
+// reads (envvar.LabelingVars, envvar.BillingVars), with the same services.
 func TestContractVariables(t *testing.T) {
 	t.Parallel()
 	for _, file := range varDocs {
@@ -158,7 +160,7 @@ func TestContractVariables(t *testing.T) {
 				}
 			}
 			require.ElementsMatch(t, bin.vars, documented,
-				"the variables %s gives to %s differ from what infra/config reads for it (config.%sVars)",
+				"the variables %s gives to %s differ from what infra/env declares for it (env.%sVars)",
 				file, svc, map[string]string{"labeling": "Labeling", "billing": "Billing"}[svc])
 		}
 	}
@@ -170,9 +172,13 @@ func TestContractVariables(t *testing.T) {
 func TestContractDefaults(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t"}
-	load := map[string]func(config.Lookup) string{
-		"labeling": func(l config.Lookup) string { return describe(config.LoadLabeling(l)) + describe(config.LoadAuth(l)) },
-		"billing":  func(l config.Lookup) string { return describe(config.LoadBilling(l)) + describe(config.LoadAuth(l)) },
+	load := map[string]func(envvar.Lookup) string{
+		"labeling": func(l envvar.Lookup) string {
+			return describe(labelingconfig.LoadLabeling(l)) + describe(envvar.LoadAuth(l))
+		},
+		"billing": func(l envvar.Lookup) string {
+			return describe(billingconfig.LoadBilling(l)) + describe(envvar.LoadAuth(l))
+		},
 	}
 	for _, file := range varDocs {
 		checked := 0
@@ -194,7 +200,7 @@ func TestContractDefaults(t *testing.T) {
 
 func describe[C any](c C, err error) string { return fmt.Sprintf("%+v error=%v\n", c, err) }
 
-func lookupOf(m map[string]string) config.Lookup {
+func lookupOf(m map[string]string) envvar.Lookup {
 	return func(name string) (string, bool) { v, ok := m[name]; return v, ok }
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/config"
+	labelingconfig "github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -20,7 +20,7 @@ import (
 // of a default, or of the rule, shows up as a page to update.
 func TestREADMEDeadLetterWindow(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.LoadLabeling(func(name string) (string, bool) {
+	cfg, err := labelingconfig.LoadLabeling(func(name string) (string, bool) {
 		return map[string]string{"DATABASE_URL": "postgres://h/db", "EVENTS_TOKEN": "t"}[name], true
 	})
 	require.NoError(t, err)

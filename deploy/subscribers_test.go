@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 )
 
 // The subscriber variables are templates (SUBSCRIBER_<NAME>_URL): each is
@@ -27,7 +27,7 @@ func TestContractSubscriberVariables(t *testing.T) {
 			}
 			for _, name := range append([]string{"SUBSCRIBERS"}, templates...) {
 				require.Equal(t, []string{"labeling"}, docs[name], "%s: %s", file, name)
-				require.Contains(t, config.LabelingVars, name)
+				require.Contains(t, envvar.LabelingVars, name)
 			}
 		}
 	})
@@ -44,7 +44,7 @@ func TestContractSubscriberVariables(t *testing.T) {
 		require.NoError(t, binaries["labeling"].load(lookupOf(env)))
 		for name := range env {
 			if strings.HasPrefix(name, "SUBSCRIBER_") {
-				require.Contains(t, templates, config.Declared(name))
+				require.Contains(t, templates, envvar.Declared(name))
 			}
 		}
 	})

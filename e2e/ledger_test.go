@@ -25,8 +25,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	labelingconfig "github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/example/ledger"
-	envconfig "github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stream"
@@ -93,7 +93,7 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 		// the same one. Its own token is HTTP's (SUBSCRIBER_<NAME>_TOKEN).
 		env["EVENTS_TOKEN"] = eventsToken
 		labEnv["NATS_CONSUMERS"] = natsEnv["NATS_CONSUMERS"] + "," + ledger.Durable
-		labEnv[envconfig.ConsumerTypesVar(ledger.Durable)] = ledgerType
+		labEnv[labelingconfig.ConsumerTypesVar(ledger.Durable)] = ledgerType
 	}
 	maps.Copy(env, c.cfg.env)
 	p := newProc(t, ledgerName, ledgerBin, env)
@@ -103,9 +103,9 @@ func (c *cluster) startLedger(t *testing.T, natsEnv map[string]string) map[strin
 	p.launch(t, c.cfg.ledger.failpoints)
 	if c.cfg.transport == transportHTTP {
 		labEnv["SUBSCRIBERS"] = ledgerName
-		labEnv[envconfig.SubscriberVar(ledgerName, "URL")] = p.url()
-		labEnv[envconfig.SubscriberVar(ledgerName, "TOKEN")] = ledgerToken
-		labEnv[envconfig.SubscriberVar(ledgerName, "TYPES")] = ledgerType
+		labEnv[labelingconfig.SubscriberVar(ledgerName, "URL")] = p.url()
+		labEnv[labelingconfig.SubscriberVar(ledgerName, "TOKEN")] = ledgerToken
+		labEnv[labelingconfig.SubscriberVar(ledgerName, "TYPES")] = ledgerType
 	}
 	return labEnv
 }

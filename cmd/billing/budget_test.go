@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/cmd/billing/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stopbudget"
@@ -58,7 +59,7 @@ func TestStopBudgetIsTheDeclaredShares(t *testing.T) {
 			lookup := func(name string) (string, bool) { v, ok := environ[name]; return v, ok }
 			cfg, err := config.LoadBilling(lookup)
 			require.NoError(t, err)
-			authCfg, err := config.LoadAuth(lookup)
+			authCfg, err := envvar.LoadAuth(lookup)
 			require.NoError(t, err)
 			var (
 				shares    []stopbudget.Share

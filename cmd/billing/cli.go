@@ -4,7 +4,7 @@ import (
 	"io"
 
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/service"
 )
 
@@ -33,11 +33,11 @@ var program = cli.Program{
 			Parse:   parseReplay,
 		},
 	}, cli.OutboxCommands(withOutboxStore, "provider")...),
-	Environment: config.BillingService.Usage(),
+	Environment: envvar.BillingService.Usage(),
 }
 
 // run is the whole program, so tests can drive it without a process. Exit codes:
 // 0 success, 1 failure (a bad setting included), 2 usage.
-func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
+func run(args []string, lookup envvar.Lookup, stdout, stderr io.Writer) int {
 	return program.Run(args, lookup, stdout, stderr)
 }

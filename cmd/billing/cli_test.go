@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 )
 
@@ -56,7 +56,7 @@ func TestUsage(t *testing.T) {
 		_, environment, found := strings.Cut(stdout, "\nconfiguration (environment):\n")
 		require.True(t, found, stdout)
 		named := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b`).FindAllString(environment, -1)
-		require.ElementsMatch(t, config.BillingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
+		require.ElementsMatch(t, envvar.BillingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
 		// What the hand-written text left out.
 		for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "NATS_CREDS", "NATS_MAX_DELIVERIES", "BILLING_APPLY_GROUP_MAX"} {
 			require.Contains(t, environment, name)

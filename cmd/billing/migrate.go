@@ -5,9 +5,10 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/migrations"
 )
@@ -15,8 +16,8 @@ import (
 // migrate is `billing migrate`: it applies the pending migrations and exits. It
 // reads DATABASE_URL only, is bounded like labeling's by commandTimeout, and is
 // stopped by a signal.
-func migrate(lookup config.Lookup, stdout, stderr io.Writer) error {
-	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
+func migrate(lookup envvar.Lookup, stdout, stderr io.Writer) error {
+	cfg, err := envvar.LoadCommand(lookup, config.DefaultDatabase)
 	if err != nil {
 		return err
 	}

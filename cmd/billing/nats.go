@@ -6,7 +6,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/stream"
 )

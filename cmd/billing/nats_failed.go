@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 )
 
 // natsFailedTimeout bounds `billing nats failed`.
@@ -25,8 +26,8 @@ const natsFailedPage = 1000
 // (cli.OpenDatabase). It reads them a page at a time (keyset, by id), without
 // their payloads, so its memory is a page's. DATABASE_URL only, like every operator command, and
 // stopped by a signal like them; bounded at 30 s (contract section 1).
-func natsFailed(lookup config.Lookup, stdout, stderr io.Writer) error {
-	cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
+func natsFailed(lookup envvar.Lookup, stdout, stderr io.Writer) error {
+	cfg, err := envvar.LoadCommand(lookup, config.DefaultDatabase)
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,9 @@ import (
 	"strconv"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/inbox"
 )
 
@@ -61,7 +62,7 @@ func parseReplay(fs *flag.FlagSet) func(args []string) (cli.Action, error) {
 // summary says what it did; a replay of every record that stopped also says,
 // on stderr, the last record done and the command that resumes after it).
 func natsReplay(ids []int64, after int64) cli.Action {
-	return func(lookup config.Lookup, stdout, stderr io.Writer) error {
+	return func(lookup envvar.Lookup, stdout, stderr io.Writer) error {
 		cfg, err := config.LoadReplay(lookup)
 		if err != nil {
 			return err

@@ -5,8 +5,9 @@ import (
 	"io"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -18,8 +19,8 @@ import (
 // DB_* bounds only, runs within commandTimeout and stops on SIGINT or
 // SIGTERM, as labeling's operator commands do.
 func withOutboxStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
-	return func(lookup config.Lookup, stdout, stderr io.Writer) error {
-		cfg, err := config.LoadCommand(lookup, config.DefaultBillingDatabase)
+	return func(lookup envvar.Lookup, stdout, stderr io.Writer) error {
+		cfg, err := envvar.LoadCommand(lookup, config.DefaultDatabase)
 		if err != nil {
 			return err
 		}

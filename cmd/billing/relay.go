@@ -8,7 +8,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/sqldb"

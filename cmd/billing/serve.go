@@ -6,9 +6,10 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/migrations"
@@ -16,23 +17,23 @@ import (
 
 // serve is `billing serve`, the default command: it migrates, then serves HTTP
 // (and consumes the stream when NATS_URL is set) until SIGINT or SIGTERM.
-func serve(lookup config.Lookup, _, _ io.Writer) error {
+func serve(lookup envvar.Lookup, _, _ io.Writer) error {
 	cfg, err := config.LoadBilling(lookup)
 	if err != nil {
 		return err
 	}
 	// Only serve reads AUTH_*: migrate and healthcheck never need them.
-	authCfg, err := config.LoadAuth(lookup)
+	authCfg, err := envvar.LoadAuth(lookup)
 	if err != nil {
 		return err
 	}
-	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
+	cfg.HTTP.Addr = envvar.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
 	logger := service.Logger("billing")
 	return service.Serve(app(cfg, authCfg.Settings(), lookup), logger, serveOptions(cfg))
 }
 
 // app is what billing's serve shares with labeling's.
-func app(cfg config.Billing, authn auth.Settings, lookup config.Lookup) service.App {
+func app(cfg config.Billing, authn auth.Settings, lookup envvar.Lookup) service.App {
 	return service.App{
 		Name:              "billing",
 		Database:          database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Billing, Bounds: cfg.Bounds},
@@ -69,7 +70,7 @@ func serveOptions(cfg config.Billing) fx.Option {
 // records under EVENTS_TOKEN (and EVENTS_TOKEN_PREVIOUS), as `billing nats
 // replay` checks them.
 func consoleConfig(cfg config.Billing) billing.ConsoleConfig {
-	transport := config.TransportHTTP
+	transport := "http"
 	if cfg.NATS.URL != "" {
 		transport = "http and nats"
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/cmd/labeling/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/service"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/infra/stopbudget"
@@ -26,7 +27,7 @@ func stopBudget(t *testing.T, env map[string]string) (time.Duration, []string) {
 	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
 	cfg, err := config.LoadLabeling(lookup)
 	require.NoError(t, err)
-	authCfg, err := config.LoadAuth(lookup)
+	authCfg, err := envvar.LoadAuth(lookup)
 	require.NoError(t, err)
 	var (
 		shares    []stopbudget.Share

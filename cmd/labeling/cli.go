@@ -4,8 +4,9 @@ import (
 	"context"
 	"io"
 
+	"github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/service"
 )
 
@@ -30,20 +31,20 @@ var program = cli.Program{
 		{Name: "migrate", Summary: "apply pending migrations and exit", Run: operator(migrate)},
 		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: healthcheck},
 	}, cli.OutboxCommands(withStore, "billing")...),
-	Environment: config.LabelingService.Usage(),
+	Environment: envvar.LabelingService.Usage(),
 }
 
 // run is the whole program, so tests can drive it without a process.
-func run(args []string, lookup config.Lookup, stdout, stderr io.Writer) int {
+func run(args []string, lookup envvar.Lookup, stdout, stderr io.Writer) int {
 	return program.Run(args, lookup, stdout, stderr)
 }
 
 // operator runs an operator command: it reads DATABASE_URL and the DB_* bounds
 // only (never EVENTS_TOKEN: such a command never delivers) and runs within
 // commandTimeout, stopped early by SIGINT or SIGTERM.
-func operator(fn func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error) cli.Action {
-	return func(lookup config.Lookup, stdout, stderr io.Writer) error {
-		cfg, err := config.LoadCommand(lookup, config.DefaultLabelingDatabase)
+func operator(fn func(ctx context.Context, cfg envvar.Command, stdout, stderr io.Writer) error) cli.Action {
+	return func(lookup envvar.Lookup, stdout, stderr io.Writer) error {
+		cfg, err := envvar.LoadCommand(lookup, config.DefaultDatabase)
 		if err != nil {
 			return err
 		}

@@ -16,14 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/internal/testsupport/dbtest"
 	"github.com/acme/outboxpair/internal/testsupport/pgtest"
 	"github.com/acme/outboxpair/migrations"
 )
 
-// env is a config.Lookup over a map.
+// env is a envvar.Lookup over a map.
 func env(vars map[string]string) func(string) (string, bool) {
 	return func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
 }
@@ -127,7 +127,7 @@ func TestUsage(t *testing.T) {
 		require.True(t, found, stdout)
 		// SUBSCRIBER_<NAME>_URL is a template, SUBSCRIBERS the one name without _.
 		named := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_(?:[A-Z0-9]+|<NAME>))+\b|\bSUBSCRIBERS\b`).FindAllString(environment, -1)
-		require.ElementsMatch(t, config.LabelingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
+		require.ElementsMatch(t, envvar.LabelingService.Names(), slices.Compact(slices.Sorted(slices.Values(named))))
 	})
 
 	t.Run("a bad configuration exits 1 with one line naming the variable", func(t *testing.T) {

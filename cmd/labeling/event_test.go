@@ -15,9 +15,10 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acme/outboxpair/billing"
+	"github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/postgres"
 	"github.com/acme/outboxpair/infra/sqldb"
@@ -82,7 +83,7 @@ func labelingApp(t *testing.T, env map[string]string, events []labeling.Publicat
 	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
 	cfg, err := config.LoadLabeling(lookup)
 	require.NoError(t, err)
-	authCfg, err := config.LoadAuth(lookup)
+	authCfg, err := envvar.LoadAuth(lookup)
 	require.NoError(t, err)
 	var (
 		db     sqldb.DB

@@ -5,7 +5,7 @@ import (
 	"io"
 
 	"github.com/acme/outboxpair/infra/cli"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 )
 
@@ -14,7 +14,7 @@ import (
 // cli.OpenDatabase), on labeling's outbox_events: the
 // store of the shared `outbox …` commands (cli.OutboxCommands).
 func withStore(fn func(ctx context.Context, store outbox.Store, stdout, stderr io.Writer) error) cli.Action {
-	return operator(func(ctx context.Context, cfg config.Command, stdout, stderr io.Writer) error {
+	return operator(func(ctx context.Context, cfg envvar.Command, stdout, stderr io.Writer) error {
 		db, err := cli.OpenDatabase(ctx, cfg.DatabaseURL, cfg.Bounds, stderr)
 		if err != nil {
 			return err

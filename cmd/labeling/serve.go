@@ -8,10 +8,11 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/acme/outboxpair/cmd/labeling/config"
 	"github.com/acme/outboxpair/infra/auth"
-	"github.com/acme/outboxpair/infra/config"
 	"github.com/acme/outboxpair/infra/database"
 	"github.com/acme/outboxpair/infra/delivery"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/retention"
 	"github.com/acme/outboxpair/infra/service"
@@ -23,23 +24,23 @@ import (
 
 // serve is `labeling serve`, the default command: it migrates, then serves HTTP
 // and relays the outbox until SIGINT or SIGTERM.
-func serve(lookup config.Lookup, _, _ io.Writer) error {
+func serve(lookup envvar.Lookup, _, _ io.Writer) error {
 	cfg, err := config.LoadLabeling(lookup)
 	if err != nil {
 		return err
 	}
 	// Only serve reads AUTH_*: the operator commands never need them.
-	authCfg, err := config.LoadAuth(lookup)
+	authCfg, err := envvar.LoadAuth(lookup)
 	if err != nil {
 		return err
 	}
-	cfg.HTTP.Addr = config.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
+	cfg.HTTP.Addr = envvar.ServeAddr(lookup, cfg.HTTP.Addr, authCfg.Disabled)
 	logger := service.Logger("labeling")
 	return service.Serve(app(cfg, authCfg.Settings(), lookup), logger, serveOptions(cfg, logger, labeling.Events()))
 }
 
 // app is what labeling's serve shares with billing's.
-func app(cfg config.Labeling, authn auth.Settings, lookup config.Lookup) service.App {
+func app(cfg config.Labeling, authn auth.Settings, lookup envvar.Lookup) service.App {
 	return service.App{
 		Name:              "labeling",
 		Database:          database.Config{URL: cfg.DatabaseURL, Migrations: migrations.Labeling, Bounds: cfg.Bounds},

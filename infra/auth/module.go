@@ -10,7 +10,7 @@ import (
 )
 
 // Settings is how a service asks for authentication: Disabled, or a Config. The
-// service's wiring fills it from the AUTH_* variables (infra/config.Auth).
+// service's wiring fills it from the AUTH_* variables (infra/env.Auth).
 type Settings struct {
 	Disabled bool
 	Config   Config

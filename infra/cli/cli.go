@@ -22,8 +22,8 @@ const (
 )
 
 // Lookup reads one environment variable; os.LookupEnv fits. It is the
-// plain function type (infra/config.Lookup is the same), so an action reads
-// the environment without this package importing infra/config.
+// plain function type (infra/env.Lookup is the same), so an action reads
+// the environment without this package importing infra/env.
 type Lookup = func(name string) (string, bool)
 
 // Action runs a command whose arguments were accepted: it reads the configuration
@@ -67,7 +67,7 @@ type Program struct {
 	Default  string
 	Commands []Command
 	// Environment is the usage's configuration section, one paragraph a
-	// line (infra/config's Service.Usage).
+	// line (infra/env's Service.Usage).
 	Environment []string
 }
 

@@ -52,8 +52,8 @@ const (
 // wrong": Check with the fields' own names.
 func (c NATSConfig) Validate() error { return c.Check(func(field string) string { return field }) }
 
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's).
+// Check is Validate with each field named by name(field), for a caller that
+// calls the settings otherwise.
 func (c NATSConfig) Check(name func(field string) string) error {
 	switch {
 	case c.MaxDeliveries > MaxNATSMaxDeliveries:

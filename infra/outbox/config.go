@@ -141,9 +141,11 @@ func (c Config) Validate() error { return c.Check(FieldName) }
 // FieldName names a Config field by itself, for Validate.
 func FieldName(field string) string { return field }
 
-// Check is Validate with each field named by name(field) ("Lease" →
-// "OUTBOX_LEASE" for infra/config), so one wording serves every caller: the
-// message starts with the name of the setting to change.
+// Check is Validate with each field named by name(field), for a caller that
+// calls the settings otherwise, so one wording serves every caller: the
+// message starts with the name of the setting to change. infra/env's Relay
+// words the same rules with the OUTBOX_* variables' names: change both
+// together.
 func (c Config) Check(name func(field string) string) error { return c.check(name, true) }
 
 // check holds the rules in the order a setting is refused: a value out of its

@@ -59,8 +59,8 @@ var drawBehaviour = rapid.Custom(func(t *rapid.T) behaviour {
 const propertyChecks = 30
 
 // TestRelayPropertyEveryAcceptedSetting runs a relay on real PostgreSQL under
-// settings drawn from what the configuration accepts (passed through
-// infra/config; scaled down so a case takes a second or two: durations in
+// settings drawn from what the configuration accepts (what infra/env's Relay
+// accepts; scaled down so a case takes a second or two: durations in
 // milliseconds where the service reads seconds or minutes, the lease near its
 // 1s minimum, claim size and workers up to 40 and 16 of their 1000),
 // against subscribers whose every attempt succeeds, fails, hangs past the
@@ -97,7 +97,7 @@ func TestRelayPropertyEveryAcceptedSetting(t *testing.T) {
 
 // drawConfig draws the relay's settings as an operator would set them (the
 // OUTBOX_* variables) and requires the relay's own rules (Config.Validate,
-// which infra/config applies to them) to accept them: they are drawn within
+// whose rules infra/env's Relay applies to them) to accept them: they are drawn within
 // its bounds and rules.
 func drawConfig(rt *rapid.T) outbox.Config {
 	ms := func(name string, lo, hi int) (int, time.Duration) {

@@ -43,18 +43,13 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Validate reports a negative Interval or Chunk as "Field: what is wrong":
-// Check with the fields' own names.
-func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
-
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's).
-func (c Config) Check(name func(field string) string) error {
+// Validate reports a negative Interval or Chunk as "Field: what is wrong".
+func (c Config) Validate() error {
 	switch {
 	case c.Interval < 0:
-		return fmt.Errorf("%s: %s must not be negative", name("Interval"), c.Interval)
+		return fmt.Errorf("%s: %s must not be negative", "Interval", c.Interval)
 	case c.Chunk < 0:
-		return fmt.Errorf("%s: %d must not be negative", name("Chunk"), c.Chunk)
+		return fmt.Errorf("%s: %d must not be negative", "Chunk", c.Chunk)
 	}
 	return nil
 }

@@ -33,21 +33,17 @@ func DefaultBounds() Bounds {
 }
 
 // Validate reports the first bound out of its range (negative, or over
-// MaxTimeout) as "Field: what is wrong": Check with the fields' own names.
-func (b Bounds) Validate() error { return b.Check(func(field string) string { return field }) }
-
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's).
-func (b Bounds) Check(name func(field string) string) error {
+// MaxTimeout) as "Field: what is wrong".
+func (b Bounds) Validate() error {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"StatementTimeout", b.StatementTimeout}, {"LockTimeout", b.LockTimeout}} {
 		switch {
 		case d.v < 0:
-			return fmt.Errorf("%s: %s must not be negative", name(d.field), d.v)
+			return fmt.Errorf("%s: %s must not be negative", d.field, d.v)
 		case d.v > MaxTimeout:
-			return fmt.Errorf("%s: %s is more than the maximum of %s", name(d.field), d.v, MaxTimeout)
+			return fmt.Errorf("%s: %s is more than the maximum of %s", d.field, d.v, MaxTimeout)
 		}
 	}
 	return nil

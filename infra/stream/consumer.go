@@ -94,18 +94,13 @@ const (
 	MaxAckWait     = 24 * time.Hour
 )
 
-// Validate reports an AckWait out of its range as "AckWait: what is wrong":
-// Check with the fields' own names.
-func (c ConsumerConfig) Validate() error { return c.Check(func(field string) string { return field }) }
-
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's).
-func (c ConsumerConfig) Check(name func(field string) string) error {
+// Validate reports an AckWait out of its range as "AckWait: what is wrong".
+func (c ConsumerConfig) Validate() error {
 	switch {
 	case c.AckWait < 0:
-		return fmt.Errorf("%s: %s must not be negative", name("AckWait"), c.AckWait)
+		return fmt.Errorf("AckWait: %s must not be negative", c.AckWait)
 	case c.AckWait > MaxAckWait:
-		return fmt.Errorf("%s: %s is more than the maximum of %s", name("AckWait"), c.AckWait, MaxAckWait)
+		return fmt.Errorf("AckWait: %s is more than the maximum of %s", c.AckWait, MaxAckWait)
 	}
 	return nil
 }

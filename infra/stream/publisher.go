@@ -70,25 +70,21 @@ const (
 )
 
 // Validate reports the first setting of c out of its range as "Field: what
-// is wrong": Check with the fields' own names.
-func (c PublisherConfig) Validate() error { return c.Check(func(field string) string { return field }) }
-
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's): Replicas at most JetStream's
-// MaxReplicas, DuplicateWindow within Retention when that is set.
-func (c PublisherConfig) Check(name func(field string) string) error {
+// is wrong": Replicas at most JetStream's MaxReplicas, DuplicateWindow within
+// Retention when that is set, types only for a durable of Consumers.
+func (c PublisherConfig) Validate() error {
 	switch {
 	case c.Replicas > MaxReplicas:
-		return fmt.Errorf("%s: %d is more than JetStream's %d", name("Replicas"), c.Replicas, MaxReplicas)
+		return fmt.Errorf("%s: %d is more than JetStream's %d", "Replicas", c.Replicas, MaxReplicas)
 	case c.DuplicateWindow < 0:
-		return fmt.Errorf("%s: %s must not be negative", name("DuplicateWindow"), c.DuplicateWindow)
+		return fmt.Errorf("DuplicateWindow: %s must not be negative", c.DuplicateWindow)
 	case c.Retention > 0 && c.DuplicateWindow > c.Retention:
-		return fmt.Errorf("%s: %s is longer than %s (%s), which is how long a published row is kept",
-			name("DuplicateWindow"), c.DuplicateWindow, name("Retention"), c.Retention)
+		return fmt.Errorf("DuplicateWindow: %s is longer than Retention (%s), which is how long a published row is kept",
+			c.DuplicateWindow, c.Retention)
 	}
 	for durable := range c.ConsumerTypes {
 		if !slices.Contains(c.Consumers, durable) {
-			return fmt.Errorf("%s: types given for %s, which is not one of %s", name("ConsumerTypes"), durable, name("Consumers"))
+			return fmt.Errorf("ConsumerTypes: types given for %s, which is not one of Consumers", durable)
 		}
 	}
 	return nil

@@ -48,18 +48,13 @@ type Config struct {
 }
 
 // Validate reports a RequestTimeout out of its range (negative, or over
-// MaxRequestTimeout) as "RequestTimeout: what is wrong": Check with the
-// fields' own names.
-func (c Config) Validate() error { return c.Check(func(field string) string { return field }) }
-
-// Check is Validate with each field named by name(field) (infra/config
-// passes the environment variable's).
-func (c Config) Check(name func(field string) string) error {
+// MaxRequestTimeout) as "RequestTimeout: what is wrong".
+func (c Config) Validate() error {
 	switch {
 	case c.RequestTimeout < 0:
-		return fmt.Errorf("%s: %s must not be negative", name("RequestTimeout"), c.RequestTimeout)
+		return fmt.Errorf("RequestTimeout: %s must not be negative", c.RequestTimeout)
 	case c.RequestTimeout > MaxRequestTimeout:
-		return fmt.Errorf("%s: %s is more than the maximum of %s", name("RequestTimeout"), c.RequestTimeout, MaxRequestTimeout)
+		return fmt.Errorf("RequestTimeout: %s is more than the maximum of %s", c.RequestTimeout, MaxRequestTimeout)
 	}
 	return nil
 }

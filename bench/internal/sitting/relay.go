@@ -10,31 +10,28 @@ import (
 	"time"
 
 	"github.com/acme/outboxpair/billing"
-	"github.com/acme/outboxpair/infra/config"
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/outbox"
 	"github.com/acme/outboxpair/infra/sqldb"
 	"github.com/acme/outboxpair/labeling"
 )
 
-// EventsToken is the EVENTS_TOKEN both binaries run with, and the one
-// labeling's configuration is read with here.
-const EventsToken = eventsToken
+// EventsToken is the EVENTS_TOKEN both binaries run with.
+const EventsToken = "bench-events-token"
 
-const eventsToken = "bench-events-token"
-
-// relayConfig is the relay the binaries run: labeling's configuration read by
-// config.LoadLabeling from lookup (this process's environment, which the
-// binaries inherit), mapped as cmd/labeling's serve maps it, so the in-process
-// rows and the binaries run the same settings, OUTBOX_NOTIFY and OUTBOX_WORKERS
+// relayConfig is the relay the binaries run: the OUTBOX_* variables read by
+// infra/env's Relay, as both binaries' loaders read them, from lookup (this
+// process's environment, which the binaries inherit), so the in-process rows
+// and the binaries run the same settings, OUTBOX_NOTIFY and OUTBOX_WORKERS
 // included. The fields named in set (-relay-set) are applied on top, in process
 // only, by reflection, so that a field added later can be set without changing
 // this program.
-func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
-	c, err := loadLabeling(lookup)
-	if err != nil {
-		return outbox.Config{}, fmt.Errorf("labeling configuration from the environment: %w", err)
+func relayConfig(lookup envvar.Lookup, set string) (outbox.Config, error) {
+	r := envvar.New(lookup)
+	cfg := r.Relay()
+	if err := r.Err(); err != nil {
+		return outbox.Config{}, fmt.Errorf("relay settings from the environment: %w", err)
 	}
-	cfg := c.Relay
 	if set == "" {
 		return cfg, nil
 	}
@@ -53,20 +50,6 @@ func relayConfig(lookup config.Lookup, set string) (outbox.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// loadLabeling is labeling's configuration as the binaries read it from
-// lookup, with the two variables the benchmark sets itself.
-func loadLabeling(lookup config.Lookup) (config.Labeling, error) {
-	return config.LoadLabeling(func(name string) (string, bool) {
-		switch name {
-		case "DATABASE_URL":
-			return "postgres://bench@127.0.0.1:5432/bench", true // never used: the pools are the benchmark's own
-		case "EVENTS_TOKEN":
-			return eventsToken, true
-		}
-		return lookup(name)
-	})
 }
 
 func setField(f reflect.Value, val string) error {
@@ -101,12 +84,10 @@ func setField(f reflect.Value, val string) error {
 
 // liteBounds are the database bounds the binaries run with (DB_STATEMENT_TIMEOUT,
 // DB_LOCK_TIMEOUT from this environment), for every file this program opens.
-func liteBounds(lookup config.Lookup) (sqldb.Bounds, error) {
-	c, err := loadLabeling(lookup)
-	if err != nil {
-		return sqldb.Bounds{}, err
-	}
-	return c.Bounds, nil
+func liteBounds(lookup envvar.Lookup) (sqldb.Bounds, error) {
+	r := envvar.New(lookup)
+	b := r.Bounds()
+	return b, r.Err()
 }
 
 // Relay is a relay whose Nudge is called only if the relay has one, so

@@ -1,4 +1,4 @@
-package config
+package env
 
 import (
 	"slices"
@@ -17,16 +17,18 @@ const (
 	bothServices = LabelingService | BillingService
 )
 
-// Reader is the code that reads a variable. The tests of this package run each
-// reader that takes a lookup under a recording one and require it to look up
-// exactly the variables declared for it, service by service.
-type Reader uint8
+// ReadBy is the code that reads a variable. The tests of this package and of
+// the binaries' loaders run each reader that takes a lookup under a recording
+// one and require it to look up exactly the variables declared for it,
+// service by service.
+type ReadBy uint8
 
 // The readers.
 const (
-	// ReadBySettings: LoadLabeling or LoadBilling, and LoadCommand and
-	// LoadHTTPAddr, which read a subset of the same.
-	ReadBySettings Reader = iota
+	// ReadBySettings: the service's loader (cmd/labeling/config,
+	// cmd/billing/config), and LoadCommand and LoadHTTPAddr, which read a
+	// subset of the same.
+	ReadBySettings ReadBy = iota
 	// ReadByAuth: LoadAuth, which serve alone calls.
 	ReadByAuth
 	// ReadByTelemetry: infra/telemetry, through the lookup the service gives it.
@@ -41,7 +43,7 @@ const (
 type Var struct {
 	Name     string
 	Services Service
-	Reader   Reader
+	ReadBy   ReadBy
 	// Note follows the name in the usage text, in parentheses.
 	Note string
 	// Required: serve stops without it (Required lists these).
@@ -56,8 +58,8 @@ type Var struct {
 // Vars is every environment variable the services read, the one declaration
 // that LabelingVars, BillingVars, AuthVars, Required and each binary's usage
 // text (Service.Usage) are built from, in the order the usage lists them. A
-// variable a loader looks up but this table leaves out fails this package's
-// tests, so no usage text can leave one out.
+// variable a loader looks up but this table leaves out fails the loaders'
+// tests (and this package's), so no usage text can leave one out.
 var Vars = []Var{
 	{Name: "DATABASE_URL", Services: bothServices},
 	{Name: "HTTP_ADDR", Services: bothServices},
@@ -103,17 +105,17 @@ var Vars = []Var{
 	{Name: "NATS_FAILED_MAX_ROWS", Services: BillingService},
 	{Name: "NATS_FAILED_MAX_BYTES", Services: BillingService},
 
-	{Name: "AUTH_JWKS_URL", Services: bothServices, Reader: ReadByAuth},
-	{Name: "AUTH_ISSUER", Services: bothServices, Reader: ReadByAuth},
-	{Name: "AUTH_AUDIENCE", Services: bothServices, Reader: ReadByAuth},
-	{Name: "AUTH_DISABLED", Services: bothServices, Reader: ReadByAuth},
+	{Name: "AUTH_JWKS_URL", Services: bothServices, ReadBy: ReadByAuth},
+	{Name: "AUTH_ISSUER", Services: bothServices, ReadBy: ReadByAuth},
+	{Name: "AUTH_AUDIENCE", Services: bothServices, ReadBy: ReadByAuth},
+	{Name: "AUTH_DISABLED", Services: bothServices, ReadBy: ReadByAuth},
 
-	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Services: bothServices, Reader: ReadByTelemetry},
-	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
-	{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
-	{Name: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
-	{Name: "OTEL_SDK_DISABLED", Services: bothServices, Reader: ReadByTelemetry, Standard: true},
-	{Name: "OTEL_SERVICE_NAME", Services: bothServices, Reader: ReadBySDK},
+	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Services: bothServices, ReadBy: ReadByTelemetry},
+	{Name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Services: bothServices, ReadBy: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Services: bothServices, ReadBy: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Services: bothServices, ReadBy: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_SDK_DISABLED", Services: bothServices, ReadBy: ReadByTelemetry, Standard: true},
+	{Name: "OTEL_SERVICE_NAME", Services: bothServices, ReadBy: ReadBySDK},
 }
 
 // IsTemplate reports whether a declared name is a template (Declared): a
@@ -130,10 +132,10 @@ var (
 	BillingVars  = names(func(v Var) bool { return v.Services&BillingService != 0 && !v.Standard })
 	// AuthVars names the variables LoadAuth reads; both services read them, and
 	// only serve does (the operator commands need none of them).
-	AuthVars = names(func(v Var) bool { return v.Reader == ReadByAuth })
+	AuthVars = names(func(v Var) bool { return v.ReadBy == ReadByAuth })
 	// Required names the variables that have no default (serve needs it; the
 	// operator commands and healthcheck never read it). DATABASE_URL defaults
-	// to a SQLite file (Default*Database).
+	// to a SQLite file (each loader's DefaultDatabase).
 	Required = names(func(v Var) bool { return v.Required })
 )
 
@@ -143,6 +145,12 @@ func (s Service) Names() []string {
 	return names(func(v Var) bool { return v.Services&s != 0 })
 }
 
+// NamesReadBy returns, in Vars' order, the variables s reads through by: the
+// ones a test that records what that reader looks up must find.
+func (s Service) NamesReadBy(by ReadBy) []string {
+	return names(func(v Var) bool { return v.Services&s != 0 && v.ReadBy == by })
+}
+
 // Usage is the configuration section of s's usage text, one paragraph a
 // reader: every variable s reads (those of Names, each once), so the usage
 // cannot leave one out.
@@ -150,16 +158,16 @@ func (s Service) Usage() []string {
 	var out []string
 	for _, p := range []struct {
 		heading string
-		readers []Reader
+		readers []ReadBy
 		after   string
 	}{
-		{"", []Reader{ReadBySettings}, ""},
-		{"authentication (serve needs the first three together, or AUTH_DISABLED=true): ", []Reader{ReadByAuth}, ""},
-		{"tracing: ", []Reader{ReadByTelemetry, ReadBySDK}, ", and the OpenTelemetry SDK's other standard OTEL_* variables"},
+		{"", []ReadBy{ReadBySettings}, ""},
+		{"authentication (serve needs the first three together, or AUTH_DISABLED=true): ", []ReadBy{ReadByAuth}, ""},
+		{"tracing: ", []ReadBy{ReadByTelemetry, ReadBySDK}, ", and the OpenTelemetry SDK's other standard OTEL_* variables"},
 	} {
 		var listed []string
 		for _, v := range Vars {
-			if v.Services&s == 0 || !slices.Contains(p.readers, v.Reader) {
+			if v.Services&s == 0 || !slices.Contains(p.readers, v.ReadBy) {
 				continue
 			}
 			if v.Note != "" {
@@ -183,4 +191,26 @@ func names(keep func(Var) bool) []string {
 		}
 	}
 	return out
+}
+
+// matches reports whether name is v's: v's name itself, or, for a name with
+// <NAME> in it (NATS_CONSUMER_<NAME>_TYPES), that name with a non-empty NAME.
+func (v Var) matches(name string) bool {
+	prefix, suffix, pattern := strings.Cut(v.Name, "<NAME>")
+	if !pattern {
+		return name == v.Name
+	}
+	return len(name) > len(prefix)+len(suffix) && strings.HasPrefix(name, prefix) && strings.HasSuffix(name, suffix)
+}
+
+// Declared is the name in Vars of the variable name: name itself, or the
+// pattern it is an instance of (NATS_CONSUMER_BILLING_TYPES is
+// NATS_CONSUMER_<NAME>_TYPES); name itself when Vars has none.
+func Declared(name string) string {
+	for _, v := range Vars {
+		if v.matches(name) {
+			return v.Name
+		}
+	}
+	return name
 }

@@ -6,7 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/outboxpair/infra/config"
+	"github.com/acme/outboxpair/cmd/labeling/config"
+	"github.com/acme/outboxpair/infra/env"
 )
 
 // fanoutEnv is base() with two further subscribers.
@@ -44,7 +45,7 @@ func TestLoadLabelingSubscribers(t *testing.T) {
 
 	t.Run("each name of SUBSCRIBERS gets its URL, token and types, in order", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.LoadLabeling(env(fanoutEnv()))
+		c, err := config.LoadLabeling(lookup(fanoutEnv()))
 		require.NoError(t, err)
 		require.Equal(t, []config.Subscriber{
 			{Name: "ledger", URL: "http://ledger:8082", Token: "ledger-token", Types: []string{"RuleActivated"}},
@@ -75,7 +76,7 @@ func TestLoadLabelingSubscribers(t *testing.T) {
 			t.Parallel()
 			kv := fanoutEnv()
 			kv[tc.variable] = tc.value
-			_, err := config.LoadLabeling(env(kv))
+			_, err := config.LoadLabeling(lookup(kv))
 			require.Error(t, err)
 			require.True(t, strings.HasPrefix(err.Error(), tc.variable+": "), err.Error())
 			require.Contains(t, err.Error(), tc.says)
@@ -88,7 +89,7 @@ func TestLoadLabelingSubscribers(t *testing.T) {
 		kv := fanoutEnv()
 		kv["EVENTS_TRANSPORT"] = "nats"
 		kv["NATS_URL"] = "nats://127.0.0.1:4222"
-		_, err := config.LoadLabeling(env(kv))
+		_, err := config.LoadLabeling(lookup(kv))
 		require.Error(t, err)
 		require.True(t, strings.HasPrefix(err.Error(), "SUBSCRIBERS: "), err.Error())
 		require.Contains(t, err.Error(), "EVENTS_TRANSPORT=nats")
@@ -96,9 +97,9 @@ func TestLoadLabelingSubscribers(t *testing.T) {
 
 	t.Run("Declared maps each subscriber's variable to its declared template", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, "SUBSCRIBER_<NAME>_TOKEN", config.Declared(config.SubscriberVar("ledger_2", "TOKEN")))
-		require.Equal(t, "SUBSCRIBERS", config.Declared("SUBSCRIBERS"))
-		require.Contains(t, config.LabelingVars, "SUBSCRIBER_<NAME>_TYPES")
-		require.NotContains(t, config.BillingVars, "SUBSCRIBERS")
+		require.Equal(t, "SUBSCRIBER_<NAME>_TOKEN", env.Declared(config.SubscriberVar("ledger_2", "TOKEN")))
+		require.Equal(t, "SUBSCRIBERS", env.Declared("SUBSCRIBERS"))
+		require.Contains(t, env.LabelingVars, "SUBSCRIBER_<NAME>_TYPES")
+		require.NotContains(t, env.BillingVars, "SUBSCRIBERS")
 	})
 }
