@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 
+	"github.com/acme/outboxpair/cmd/billing/config"
 	"github.com/acme/outboxpair/infra/cli"
 	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/service"
@@ -21,7 +22,7 @@ var program = cli.Program{
 	Commands: append([]cli.Command{
 		{Name: "serve", Summary: "apply migrations, then serve HTTP (and consume the stream when NATS_URL is set) until SIGINT/SIGTERM", Run: serve},
 		{Name: "migrate", Summary: "apply pending migrations and exit", Run: migrate},
-		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: healthcheck},
+		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: service.HealthcheckCommand(config.DefaultAddr)},
 		{
 			Name:    "nats failed",
 			Summary: "print the JetStream messages billing terminated, one a line, tab-separated: stream_seq, subject, msg_id, deliveries, failed_at, reason",

@@ -29,7 +29,7 @@ var program = cli.Program{
 	Commands: append([]cli.Command{
 		{Name: "serve", Summary: "apply migrations, then serve HTTP and relay the outbox until SIGINT/SIGTERM", Run: serve},
 		{Name: "migrate", Summary: "apply pending migrations and exit", Run: operator(migrate)},
-		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: healthcheck},
+		{Name: "healthcheck", Summary: "exit 0 when the server on HTTP_ADDR answers /readyz with 200", Run: service.HealthcheckCommand(config.DefaultAddr)},
 	}, cli.OutboxCommands(withStore, "billing")...),
 	Environment: envvar.LabelingService.Usage(),
 }

@@ -6,6 +6,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/dig"
 	"go.uber.org/fx"
 
+	envvar "github.com/acme/outboxpair/infra/env"
 	"github.com/acme/outboxpair/infra/stopbudget"
 	"github.com/acme/outboxpair/infra/telemetry"
 	"github.com/acme/outboxpair/infra/web"
@@ -119,6 +121,20 @@ func Healthcheck(addr string) error {
 		return fmt.Errorf("HTTP_ADDR %s: /readyz answered %d", addr, resp.StatusCode)
 	}
 	return nil
+}
+
+// HealthcheckCommand is a binary's `healthcheck`: nil, printing one line, when
+// the server on HTTP_ADDR (def when unset) answers /readyz with 200. It reads
+// HTTP_ADDR only: a health check needs no secret and no database.
+func HealthcheckCommand(def string) func(lookup envvar.Lookup, stdout, _ io.Writer) error {
+	return func(lookup envvar.Lookup, stdout, _ io.Writer) error {
+		addr := envvar.LoadHTTPAddr(lookup, def)
+		if err := Healthcheck(addr); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ready: the server on %s answered /readyz with 200\n", addr)
+		return nil
+	}
 }
 
 // WarnOpenListen logs one WARN at start when authentication is off and addr (an
